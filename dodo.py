@@ -1,0 +1,96 @@
+"""conv-sweep: doit tasks from model file to verified result, one subtask per case.
+
+Configuration comes from the environment (see README.md); it is resolved once, here.
+TensorFlow and torch are imported only inside the task actions.
+"""
+from pathlib import Path
+
+from doit.exceptions import TaskFailed
+from doit.tools import config_changed
+
+from pipeline import stages
+from pipeline.config import Config
+from pipeline.fingerprint import executable_identity, stage_fingerprint
+
+CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build")
+CASES = CFG.cases()
+CFG.build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its database there
+
+DOIT_CONFIG = {
+    "default_tasks": ["sweep"],
+    "continue": True,  # a failing case fails its own tasks, the rest of the sweep goes on
+    "dep_file": str(CFG.build_dir / ".doit.db"),
+    "backend": "sqlite3",
+    "verbosity": 0,
+}
+
+
+def _action(stage_fn, case):
+    """Run one stage of one case; a failure message becomes a doit task failure."""
+    import sys
+
+    message = stage_fn(case, CFG)
+    if message:
+        print(message, file=sys.stderr)
+        return TaskFailed(message)
+    return None
+
+
+def _clean_case_dir(case):
+    import shutil
+
+    shutil.rmtree(CFG.case_dir(case), ignore_errors=True)
+
+
+def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None):
+    for case in CASES:
+        folder = CFG.case_dir(case)
+        key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
+        yield {
+            "name": case.name,
+            "doc": doc,
+            "actions": [(_action, [stage_fn, case])],
+            "file_dep": [str(folder / name) for name in file_dep(case)],
+            "targets": [str(folder / target(case))],
+            "uptodate": [config_changed(key)],
+            "clean": True,
+        }
+
+
+def task_model():
+    """Build the case's model file (.tflite from tf.keras, .onnx from torch)."""
+    yield from _subtasks("model", "model file", stages.model, lambda c: [], lambda c: c.model_file,
+                         lambda c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor})
+
+
+def task_mlir():
+    """Import the model file to text MLIR (tosa-converter-for-tflite / iree-import-onnx)."""
+    yield from _subtasks("mlir", "model.mlir", stages.mlir, lambda c: [c.model_file], lambda c: stages.MLIR)
+
+
+def task_vmfb():
+    """Compile the MLIR with iree-compile for llvm-cpu on the host CPU."""
+    compiler = {"compiler": executable_identity(CFG.iree_compile), "flags": list(CFG.compile_flags)}
+    yield from _subtasks("vmfb", "model.vmfb", stages.vmfb, lambda c: [stages.MLIR], lambda c: stages.VMFB,
+                         lambda c: compiler)
+
+
+def task_verify():
+    """Run the .vmfb and compare with the oracle; writes result.json."""
+    for task in _subtasks("verify", "result.json", stages.verify,
+                          lambda c: [c.model_file, stages.VMFB], lambda c: "result.json",
+                          lambda c: {"compile_only": c.compile_only}):
+        case = next(c for c in [task["actions"][0][1][1]])
+        task["clean"] = [(_clean_case_dir, [case])]
+        yield task
+
+
+def task_sweep():
+    """Build and verify every case of the sweep."""
+    import shutil
+
+    return {
+        "actions": None,
+        "task_dep": ["verify"],
+        "clean": [(shutil.rmtree, [str(CFG.build_dir / "cases")], {"ignore_errors": True})],
+    }

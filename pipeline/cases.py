@@ -1,0 +1,92 @@
+"""Cases: one geometry in one backend and flavor, named as the artifact folder,
+the doit subtask and the pytest id alike.
+
+Low-level module: imports only geometry, sweep and errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .geometry import Geometry
+
+# backend -> its flavors, in sweep order
+FLAVORS = {
+    "tflite": ("f32", "w8if32", "w8i8"),
+    "onnx": ("f32", "bf16"),
+}
+VARIANTS = tuple(f"{b}_{f}" for b, flavors in FLAVORS.items() for f in flavors)
+MODEL_FILE = {"tflite": "model.tflite", "onnx": "model.onnx"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One geometry in one backend and flavor."""
+
+    geometry: Geometry  # the convolution
+    backend: str  # "tflite" (built from tf.keras) or "onnx" (built from torch)
+    flavor: str  # one of FLAVORS[backend]
+    category: str = "custom"  # the sweep category that drew the geometry
+    compile_only: bool = False  # verify checks that it compiles and runs, not the numbers
+
+    def __post_init__(self) -> None:
+        check_variant(self.backend, self.flavor)
+
+    @property
+    def variant(self) -> str:
+        return f"{self.backend}_{self.flavor}"
+
+    @property
+    def name(self) -> str:
+        return f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
+
+    @property
+    def model_file(self) -> str:
+        return MODEL_FILE[self.backend]
+
+    @property
+    def entry_point(self) -> str:
+        return "main" if self.backend == "tflite" else "main_graph"
+
+    @property
+    def seed(self) -> int:
+        """Seed of this case's inputs: stable across runs and machines."""
+        return _stable_hash(self.name)
+
+    @property
+    def weight_seed(self) -> int:
+        """Seed of the model's weights: one per geometry, shared by every flavor."""
+        return _stable_hash(self.geometry.id)
+
+
+def _stable_hash(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
+def check_variant(backend: str, flavor: str, field: str = "flavor") -> None:
+    if backend not in FLAVORS:
+        raise ConfigError("backend", backend, f"must be one of {', '.join(FLAVORS)}")
+    if flavor not in FLAVORS[backend]:
+        raise ConfigError(field, flavor, f"is not a {backend} flavor; known: {', '.join(FLAVORS[backend])}")
+
+
+def parse_variants(text: str, field: str) -> frozenset[str]:
+    """Comma-separated backend_flavor names (e.g. "onnx_bf16,tflite_w8i8"), each checked."""
+    out = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item not in VARIANTS:
+            raise ConfigError(field, item, f"is not a known flavor; known: {', '.join(VARIANTS)}")
+        out.add(item)
+    return frozenset(out)
+
+
+def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset()) -> list[Case]:
+    """Every (category, geometry) in every backend and flavor."""
+    return [
+        Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only)
+        for category, geometry in sampled
+        for backend, flavors in FLAVORS.items()
+        for flavor in flavors
+    ]

@@ -1,0 +1,67 @@
+"""Comparing an output with its oracle: shape, then dtype, then values against a tolerance."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of one comparison; `passed` is False as soon as one element is out of bounds."""
+
+    name: str  # what was compared, e.g. "vs tflite interpreter"
+    passed: bool
+    reason: str  # one line: why it failed, or a summary when it passed
+    max_abs_error: float = float("nan")
+    max_rel_error: float = float("nan")
+    mismatches: int = 0  # elements outside the tolerance
+    elements: int = 0
+    worst_index: list[int] = field(default_factory=list)  # of the largest error/tolerance ratio
+    tolerance_at_worst: float = float("nan")
+    max_tolerance: float = float("nan")
+    error_to_tolerance: float = float("nan")  # max |a - e| / tol: < 1 passes (inf if tol is 0)
+    lsb_histogram: dict[str, int] | None = None  # int8: {difference in LSB: count}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> Comparison:
+    """Compare actual with expected; tolerance is an absolute bound, scalar or broadcastable."""
+    if actual.shape != expected.shape:
+        return Comparison(name, False, f"shape {actual.shape} != expected {expected.shape}")
+    if actual.dtype != expected.dtype:
+        return Comparison(name, False, f"dtype {actual.dtype} != expected {expected.dtype}")
+    e, a = _as_float(expected), _as_float(actual)
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), e.shape)
+    err = np.abs(a - e)
+    err[~np.isfinite(a) & ~(a == e)] = np.inf  # NaN or a differing inf is always wrong
+    bad = err > tol
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(err == 0, 0.0, err / np.abs(e))
+        ratio = np.where(err == 0, 0.0, err / tol)
+    worst = np.unravel_index(int(np.argmax(ratio)), e.shape) if e.size else ()
+    histogram = None
+    if np.issubdtype(expected.dtype, np.integer):
+        diffs, counts = np.unique((a - e).astype(np.int64), return_counts=True)
+        histogram = {str(int(d)): int(c) for d, c in zip(diffs, counts)}
+    mismatches = int(bad.sum())
+    max_abs = float(err.max()) if e.size else 0.0
+    max_rel = float(rel.max()) if e.size else 0.0
+    if mismatches:
+        reason = (f"{name}: {mismatches} of {e.size} elements outside tolerance; "
+                  f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}, worst at {list(map(int, worst))} "
+                  f"(expected {e[worst]:.6g}, got {a[worst]:.6g}, tolerance {tol[worst]:.3g})")
+        if histogram is not None:
+            reason += f"; LSB differences {histogram}"
+    else:
+        reason = f"{name}: max abs error {max_abs:.3g} within tolerance"
+    return Comparison(name, mismatches == 0, reason, max_abs, max_rel, mismatches, int(e.size),
+                      [int(i) for i in worst], float(tol[worst]) if e.size else float("nan"),
+                      float(tol.max()) if e.size else float("nan"),
+                      float(ratio.max()) if e.size else 0.0, histogram)

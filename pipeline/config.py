@@ -1,0 +1,96 @@
+"""Run configuration, resolved once from the environment at the edge (dodo.py, conftest.py).
+
+Knobs (all optional):
+  CONV_SWEEP_N              geometries per category (default 50)
+  CONV_SWEEP_BUILD_DIR      artifact root (default: build/ beside dodo.py)
+  CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
+  CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
+  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600)
+  CONV_SWEEP_SPEC           JSON file replacing the built-in categories
+  CONV_SWEEP_COMPILE_ONLY   flavors checked for compilation only, e.g. "onnx_bf16,tflite_w8i8"
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cases import Case, make_cases, parse_variants
+from .errors import ConfigError
+from .sweep import DEFAULT_N, SweepSpec, load_spec
+
+DEFAULT_TIMEOUT = 600.0
+
+
+def tool_path(name: str) -> str | None:
+    """An executable of this environment: beside the running Python first, then on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+@dataclass(frozen=True)
+class Config:
+    n: int = DEFAULT_N  # geometries per category
+    build_dir: Path = Path("build")  # artifact root; one folder per case under cases/
+    compile_flags: tuple[str, ...] = ()  # extra iree-compile flags
+    iree_compile: str = "iree-compile"  # compiler executable (absolute path once resolved)
+    timeout: float = DEFAULT_TIMEOUT  # seconds per tool invocation
+    spec: SweepSpec = field(default_factory=SweepSpec)  # categories and listed geometries
+    spec_path: str | None = None  # where the spec came from, None for the built-in one
+    compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
+
+    @classmethod
+    def from_env(cls, environ=None, default_build_dir: Path | None = None) -> "Config":
+        env = os.environ if environ is None else environ
+        n = _parse_int(env, "CONV_SWEEP_N", DEFAULT_N, minimum=0)
+        timeout = _parse_float(env, "CONV_SWEEP_TIMEOUT", DEFAULT_TIMEOUT)
+        build_dir = Path(env.get("CONV_SWEEP_BUILD_DIR") or default_build_dir or "build").absolute()
+        try:
+            flags = tuple(shlex.split(env.get("CONV_SWEEP_COMPILE_FLAGS", "")))
+        except ValueError as err:
+            raise ConfigError("CONV_SWEEP_COMPILE_FLAGS", env["CONV_SWEEP_COMPILE_FLAGS"], str(err)) from None
+        compiler = env.get("CONV_SWEEP_IREE_COMPILE") or "iree-compile"
+        resolved = tool_path(compiler) if os.sep not in compiler else compiler
+        if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+            raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
+        spec_path = env.get("CONV_SWEEP_SPEC") or None
+        spec = load_spec(spec_path) if spec_path else SweepSpec()
+        compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
+        return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only)
+
+    def cases(self) -> list[Case]:
+        return make_cases(self.spec.sample(self.n), self.compile_only)
+
+    def case_dir(self, case: Case) -> Path:
+        return self.build_dir / "cases" / case.name
+
+
+def _parse_int(env, name: str, default: int, minimum: int) -> int:
+    raw = env.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "must be an integer") from None
+    if value < minimum:
+        raise ConfigError(name, raw, f"must be at least {minimum}")
+    return value
+
+
+def _parse_float(env, name: str, default: float) -> float:
+    raw = env.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(name, raw, "must be a number of seconds") from None
+    if not value > 0:
+        raise ConfigError(name, raw, "must be positive")
+    return value

@@ -1,0 +1,27 @@
+"""Exceptions raised at the stage boundary.
+
+Low-level module: imports nothing from the rest of the package.
+"""
+from __future__ import annotations
+
+import shlex
+
+
+class ConfigError(ValueError):
+    """Bad configuration or input, found before any work starts."""
+
+    def __init__(self, field: str, value, problem: str):
+        self.field, self.value, self.problem = field, value, problem
+        super().__init__(f"{field}={value!r}: {problem}")
+
+
+class StageError(Exception):
+    """A stage of one case failed: the case is recorded as an error at that stage."""
+
+    def __init__(self, stage: str, reason: str, argv: list[str] | None = None, log: str | None = None):
+        self.stage, self.reason, self.argv, self.log = stage, reason, argv, log
+        super().__init__(f"{stage}: {reason}")
+
+    @property
+    def command(self) -> str | None:
+        return shlex.join(self.argv) if self.argv else None

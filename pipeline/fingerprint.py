@@ -1,0 +1,52 @@
+"""What each stage's output depends on besides its input file: tool versions and the code
+that implements the stage. Feeds the task runner's up-to-date checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).parent
+
+# stage -> (modules whose code shapes its output, distributions whose version does)
+STAGE_INPUTS = {
+    "model": (("model_tflite", "model_onnx", "data", "geometry", "cases", "tools"),
+              ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
+    "mlir": (("importer", "tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
+    "vmfb": (("compiler", "tools"), ("iree-base-compiler",)),
+    "verify": (("verify", "oracle", "tolerance", "compare", "reference", "runner", "data", "result", "tools"),
+               ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
+}
+
+
+@lru_cache(maxsize=None)
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@lru_cache(maxsize=None)
+def code_digest(modules: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in modules:
+        h.update((PACKAGE_DIR / f"{name}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def stage_fingerprint(stage: str) -> dict:
+    modules, dists = STAGE_INPUTS[stage]
+    return {"code": code_digest(modules), "versions": {d: _version(d) for d in dists}}
+
+
+@lru_cache(maxsize=None)
+def executable_identity(path: str) -> dict:
+    """An executable's identity without running it: resolved path, size and modification time."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

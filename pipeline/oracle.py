@@ -1,0 +1,126 @@
+"""Stage 4b: what the model means. The backends' own interpreters give the expected output;
+the model file gives the weights the tolerance and the float64 references are built from.
+
+Oracles: the TFLite interpreter (reference kernels for w8i8, where IREE is bit-exact),
+onnxruntime for ONNX f32, and a numpy float64 convolution for bf16 (onnxruntime has no bf16 Conv).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .cases import Case
+from .reference import conv_nchw, to_channels_first, to_channels_last
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """The convolution's parameters as stored in the model file, dequantized to float64."""
+
+    kernel: np.ndarray  # (c_out, c_in, *kernel)
+    bias: np.ndarray  # (c_out,)
+    weights_quantized: bool  # kernel stored as int8 in the model file
+    input_scale: float = 0.0  # int8 input quantization (w8i8), 0 when the input is float
+    output_scale: float = 0.0  # int8 output quantization (w8i8), 0 when the output is float
+
+
+def _interpreter(model: Path, reference_kernels: bool):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = (OpResolverType.BUILTIN_REF if reference_kernels
+                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interpreter = Interpreter(str(model), num_threads=1, experimental_op_resolver_type=resolver)
+    interpreter.allocate_tensors()
+    return interpreter
+
+
+def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
+    value = interpreter.get_tensor(detail["index"]).astype(np.float64)
+    if detail["dtype"] in (np.int8, np.int32):
+        qp = detail["quantization_parameters"]
+        scales = np.asarray(qp["scales"], dtype=np.float64)
+        zero_points = np.asarray(qp["zero_points"], dtype=np.float64)
+        shape = [1] * value.ndim
+        shape[qp["quantized_dimension"]] = -1
+        value = (value - zero_points.reshape(shape)) * scales.reshape(shape)
+        return value, True
+    return value, False
+
+
+def tflite_weights(case: Case, model: Path) -> ModelWeights:
+    interpreter = _interpreter(model, reference_kernels=False)
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    convs = [op for op in interpreter._get_ops_details() if op["op_name"] == "CONV_2D"]
+    if len(convs) != 1:
+        raise ValueError(f"{model}: expected one CONV_2D op, found {len(convs)}")
+    _, filter_index, bias_index = convs[0]["inputs"][:3]
+    kernel, quantized = _dequantize(interpreter, details[filter_index])  # (O, KH, KW, I)
+    bias, _ = _dequantize(interpreter, details[bias_index])
+    kernel = kernel.transpose(0, 3, 1, 2)
+    if case.geometry.rank == 1:
+        kernel = kernel[:, :, 0, :]  # Conv1D is a CONV_2D with KH = 1
+    in_q = interpreter.get_input_details()[0]["quantization"]
+    out_q = interpreter.get_output_details()[0]["quantization"]
+    return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
+                        float(in_q[0]), float(out_q[0]))
+
+
+def onnx_weights(model: Path) -> ModelWeights:
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(model)).graph
+    inits = {i.name: i for i in graph.initializer}
+    conv = next(node for node in graph.node if node.op_type == "Conv")
+
+    def array(name):
+        init = inits[name]
+        if init.data_type == onnx.TensorProto.BFLOAT16:
+            import ml_dtypes
+
+            raw = np.frombuffer(init.raw_data, dtype=np.uint16).view(ml_dtypes.bfloat16)
+            return raw.reshape(tuple(init.dims)).astype(np.float64)
+        return numpy_helper.to_array(init).astype(np.float64)
+
+    return ModelWeights(array(conv.input[1]), array(conv.input[2]), False)
+
+
+def model_weights(case: Case, model: Path) -> ModelWeights:
+    return tflite_weights(case, model) if case.backend == "tflite" else onnx_weights(model)
+
+
+def tflite_output(case: Case, model: Path, x: np.ndarray, reference_kernels: bool) -> np.ndarray:
+    interpreter = _interpreter(model, reference_kernels)
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"]).copy()
+
+
+def onnxruntime_output(model: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def float64_reference(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """The exact convolution of x with the model's (dequantized) weights, in the model's layout."""
+    if case.backend == "tflite":
+        return to_channels_last(conv_nchw(to_channels_first(x), weights.kernel, weights.bias, case.geometry))
+    return conv_nchw(x, weights.kernel, weights.bias, case.geometry)
+
+
+def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """The oracle's output for input x, in the model's own output dtype."""
+    if case.backend == "tflite":
+        return tflite_output(case, model, x, reference_kernels=case.flavor == "w8i8")
+    if case.flavor == "bf16":
+        import ml_dtypes
+
+        # bf16 operands (as stored), exact accumulation, one rounding to bf16 (nearest even)
+        return float64_reference(case, weights, x.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    return onnxruntime_output(model, x)

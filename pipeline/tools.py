@@ -1,0 +1,93 @@
+"""Running external tools and writing files so that nothing half-written is trusted.
+
+Every tool runs in a subprocess with a timeout; its command line, exit status and
+output go to a log file in the case folder.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import StageError
+
+
+@contextmanager
+def atomic_output(path: Path, suffix: str | None = None):
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp",
+                               dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None) -> float:
+    """Run argv; append its command line and output to `log`; return its wall time in seconds.
+
+    Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout.
+    """
+    argv = [str(a) for a in argv]
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env=env, start_new_session=True)
+    except subprocess.TimeoutExpired as err:
+        _append_log(log, argv, f"timed out after {timeout:g} s", err.stdout, err.stderr)
+        raise StageError(stage, f"{Path(argv[0]).name} timed out after {timeout:g} s", argv, str(log)) from None
+    except OSError as err:
+        _append_log(log, argv, f"could not start: {err}", b"", b"")
+        raise StageError(stage, f"{Path(argv[0]).name} could not start: {err.strerror}", argv, str(log)) from None
+    elapsed = time.monotonic() - start
+    _append_log(log, argv, _describe_exit(proc.returncode) + f" after {elapsed:.2f} s", proc.stdout, proc.stderr)
+    if proc.returncode != 0:
+        detail = _last_line(proc.stderr.decode(errors="replace")) or _last_line(proc.stdout.decode(errors="replace"))
+        reason = f"{Path(argv[0]).name} {_describe_exit(proc.returncode)}"
+        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
+    return elapsed
+
+
+def _append_log(log: Path, argv: list[str], status: str, stdout, stderr) -> None:
+    with open(log, "a") as f:
+        f.write(f"$ {shlex.join(argv)}\n# {status}\n")
+        for name, data in (("stdout", stdout), ("stderr", stderr)):
+            text = (data or b"").decode(errors="replace") if isinstance(data, (bytes, type(None))) else data
+            if text.strip():
+                f.write(f"--- {name} ---\n{text.rstrip()}\n")
+        f.write("\n")
