@@ -1,0 +1,58 @@
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.geometry import Geometry
+
+
+def test_id_conv2d_square_kernel_and_stride():
+    g = Geometry(2, (44, 51), (4, 4), (4, 4), 256, 512)
+    assert g.id == "w51_h44_f512_k4_c256_s4x4_pvalid"
+
+
+def test_id_conv1d_is_h1_with_kernel_in_both_axes():
+    g = Geometry(1, (27,), (4,), (3,), 16, 2)
+    assert g.id == "w27_h1_f2_k4_c16_r1_s1x3_pvalid"
+
+
+def test_id_non_square_kernel_unit_stride_same_padding():
+    g = Geometry(2, (20, 30), (3, 5), (1, 1), 8, 4, "same")
+    assert g.id == "w30_h20_f4_k3_c8_khw3x5"
+
+
+def test_same_padding_with_stride_falls_back_to_valid():
+    assert Geometry(2, (20, 30), (3, 3), (1, 2), 8, 4, "same").padding == "valid"
+    assert Geometry(2, (20, 30), (3, 3), (1, 1), 8, 4, "same").padding == "same"
+
+
+def test_reduction_and_output_size():
+    g = Geometry(2, (16, 16), (9, 9), (1, 2), 512, 8)
+    assert g.reduction == 512 * 81
+    assert g.out_spatial == (8, 4)
+    assert Geometry(2, (17, 12), (3, 4), (1, 1), 1, 1, "same").out_spatial == (17, 12)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(spatial=(0, 8)), "geometry.spatial"),
+    (dict(kernel=(3,)), "geometry.kernel"),
+    (dict(kernel=(9, 3)), "geometry.kernel"),  # 9 > H = 8 with valid padding
+    (dict(stride=(1, -1)), "geometry.stride"),
+    (dict(c_in=0), "geometry.c_in"),
+    (dict(c_out=2.5), "geometry.c_out"),
+    (dict(padding="reflect"), "geometry.padding"),
+    (dict(rank=3), "geometry.rank"),
+])
+def test_validate_names_the_bad_field(kwargs, field):
+    base = dict(rank=2, spatial=(8, 8), kernel=(3, 3), stride=(1, 1), c_in=4, c_out=4)
+    with pytest.raises(ConfigError) as err:
+        Geometry(**{**base, **kwargs}).validate()
+    assert err.value.field == field
+    assert field in str(err.value)
+
+
+def test_from_dict_rejects_unknown_and_missing_fields():
+    good = dict(rank=1, spatial=[20], kernel=[3], stride=[1], c_in=2, c_out=2)
+    assert Geometry.from_dict(good).id == "w20_h1_f2_k3_c2_r1_pvalid"
+    with pytest.raises(ConfigError, match="geometry.dilation"):
+        Geometry.from_dict({**good, "dilation": 2})
+    with pytest.raises(ConfigError, match="geometry.c_out"):
+        Geometry.from_dict({k: v for k, v in good.items() if k != "c_out"})
