@@ -10,10 +10,14 @@ from doit.tools import config_changed
 
 from pipeline import stages
 from pipeline.config import Config
+from pipeline.errors import ConfigError
 from pipeline.fingerprint import executable_identity, stage_fingerprint
 
-CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build")
-CASES = CFG.cases()
+try:
+    CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build")
+    CASES = CFG.cases()
+except ConfigError as err:
+    raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
 CFG.build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its database there
 
 DOIT_CONFIG = {

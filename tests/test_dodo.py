@@ -1,0 +1,132 @@
+"""The whole pipeline through the public doit commands, on small geometries."""
+import os
+import stat
+import time
+
+import pytest
+
+from helpers import clean_env, doit, results, write_spec
+
+SMALL = [
+    {"category": "small2d", "rank": 2, "spatial": [12, 10], "kernel": [3, 2], "stride": [2, 1],
+     "c_in": 8, "c_out": 4},
+    {"category": "small1d", "rank": 1, "spatial": [20], "kernel": [5], "stride": [2], "c_in": 4, "c_out": 8},
+]
+FLAVORS = ["tflite_f32", "tflite_w8if32", "tflite_w8i8", "onnx_f32", "onnx_bf16"]
+IDS = ["w10_h12_f4_k3_c8_khw3x2_s2x1_pvalid", "w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
+NAMES = sorted(f"conv_{v}_{i}" for v in FLAVORS for i in IDS)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """One `doit -n 2 sweep` of two small geometries in all five flavors."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp / "build")
+    run = doit("-n", "2", "sweep", env=env)
+    return env, tmp / "build", run
+
+
+def test_sweep_passes_every_case(swept):
+    env, build, run = swept
+    assert run.returncode == 0, run.stdout + run.stderr
+    found = results(build)
+    assert sorted(found) == NAMES
+    for name, result in found.items():
+        assert result["status"] == "pass", (name, result["reason"])
+        assert result["metrics"], name
+        case_dir = build / "cases" / name
+        for artifact in ("model.mlir", "model.vmfb", "input.npy", "expected.npy", "actual.npy"):
+            assert (case_dir / artifact).stat().st_size > 0, (name, artifact)
+        assert "func.func" in (case_dir / "model.mlir").read_text()
+
+
+def test_rerun_with_nothing_changed_runs_nothing(swept):
+    env, _, _ = swept
+    run = doit("sweep", env=env)
+    assert run.returncode == 0
+    executed = [line for line in run.stdout.splitlines() if line.startswith(".  ")]
+    assert executed == [], run.stdout
+
+
+def test_list_shows_stage_tasks_with_docs(swept):
+    env, _, _ = swept
+    run = doit("list", "--all", env=env)
+    lines = run.stdout.splitlines()
+    for stage in ("model", "mlir", "vmfb", "verify"):
+        assert sum(line.startswith(f"{stage}:conv_") for line in lines) == 10
+    assert any(line.startswith("verify ") and "oracle" in line for line in lines)
+
+
+def test_clean_removes_every_artifact(swept):
+    env, build, _ = swept
+    run = doit("clean", env=env)
+    assert run.returncode == 0, run.stderr
+    assert not (build / "cases").exists() or not any((build / "cases").iterdir())
+
+
+def test_wildcard_builds_only_matching_cases(tmp_path):
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL[1:]), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    run = doit("verify:conv_tflite_w8i8*", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert list(results(tmp_path / "build")) == ["conv_tflite_w8i8_" + IDS[1]]
+    assert sorted(p.name for p in (tmp_path / "build" / "cases").iterdir()) == ["conv_tflite_w8i8_" + IDS[1]]
+
+
+FAILING_COMPILER = """#!/bin/sh
+# fails every Conv1D case, compiles the rest with the real compiler
+case "$*" in
+  *_r1_*) echo "error: injected failure for this test" >&2; exit 3;;
+esac
+exec {real} "$@"
+"""
+
+
+def test_failing_compile_fails_its_case_only(tmp_path):
+    from pipeline.config import tool_path
+
+    wrapper = tmp_path / "bad-iree-compile"
+    wrapper.write_text(FAILING_COMPILER.format(real=tool_path("iree-compile")))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper)
+    run = doit("-n", "2", "sweep", env=env)
+    assert run.returncode != 0
+    found = results(tmp_path / "build")
+    assert sorted(found) == NAMES
+    for name, result in found.items():
+        if "_r1_" in name:
+            assert (result["status"], result["stage"]) == ("error", "compile"), name
+            assert "exit status 3: error: injected failure" in result["reason"]
+            assert os.path.exists(result["log"])
+            assert f"{name}: compile failed: bad-iree-compile exit status 3" in run.stdout + run.stderr
+        else:
+            assert result["status"] == "pass", (name, result["reason"])
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("CONV_SWEEP_N", "ten"),
+    ("CONV_SWEEP_IREE_COMPILE", "/nonexistent/iree-compile"),
+    ("CONV_SWEEP_COMPILE_ONLY", "onnx_int4"),
+])
+def test_bad_configuration_stops_before_any_task(tmp_path, knob, value):
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", **{knob: value})
+    run = doit("sweep", env=env, timeout=60)
+    assert run.returncode != 0
+    assert f"{knob}={value!r}" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "build" / "cases").exists()
+
+
+def test_list_names_the_whole_default_sweep(tmp_path):
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    start = time.monotonic()
+    run = doit("list", "--all", env=env)
+    print(f"doit list --all on the default sweep: {time.monotonic() - start:.2f} s")
+    assert run.returncode == 0, run.stderr
+    verify = [line.split()[0] for line in run.stdout.splitlines() if line.startswith("verify:")]
+    assert len(verify) == 1250
+    assert "verify:conv_tflite_w8i8_w51_h44_f512_k4_c256_s4x4_pvalid" in verify

@@ -1,0 +1,89 @@
+"""A miscompile must not pass: one weight with its sign flipped fails the case, at the
+largest reduction of the sweep (512 input channels, 9x9 kernel). Real tools throughout:
+the flipped model is imported, compiled and run, then checked against the original's oracle.
+"""
+import shutil
+
+import numpy as np
+import pytest
+
+from pipeline import stages
+from pipeline.cases import FLAVORS, Case
+from pipeline.compiler import compile_mlir
+from pipeline.config import Config
+from pipeline.geometry import Geometry
+from pipeline.importer import import_model
+from pipeline.result import read_result
+from pipeline.verify import verify_case
+
+LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)
+VARIANTS = [(b, f) for b, flavors in FLAVORS.items() for f in flavors]
+
+
+def _flip_median(values: np.ndarray) -> None:
+    """Negate, in place, the weight of median magnitude in the first output channel."""
+    first = values[: values.size // LARGEST.c_out]
+    i = int(np.argsort(np.abs(first.astype(np.float64)))[first.size // 2])
+    assert first[i] != 0
+    first[i] = -first[i]
+
+
+def flip_tflite_weight(model_in, model_out):
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(model_in))
+    graph = model.subgraphs[0]
+    conv = next(op for op in graph.operators
+                if flatbuffer_utils.opcode_to_name(model, op.opcodeIndex) == "CONV_2D")
+    tensor = graph.tensors[conv.inputs[1]]
+    dtype = {0: np.float32, 9: np.int8}[tensor.type]  # schema TensorType FLOAT32 / INT8
+    data = model.buffers[tensor.buffer].data
+    values = np.frombuffer(data.tobytes(), dtype=dtype).copy()
+    _flip_median(values)
+    model.buffers[tensor.buffer].data = np.frombuffer(values.tobytes(), dtype=np.uint8)
+    flatbuffer_utils.write_model(model, str(model_out))
+
+
+def flip_onnx_weight(model_in, model_out):
+    import onnx
+
+    model = onnx.load(str(model_in))
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    init = next(i for i in model.graph.initializer if i.name == conv.input[1])
+    if init.data_type == onnx.TensorProto.BFLOAT16:
+        values = np.frombuffer(init.raw_data, dtype=np.uint16).copy()
+        first = values[: values.size // LARGEST.c_out]
+        magnitudes = first & 0x7FFF  # bf16 bit patterns order like magnitudes
+        i = int(np.argsort(magnitudes)[first.size // 2])
+        first[i] ^= 0x8000
+        init.raw_data = values.tobytes()
+    else:
+        values = onnx.numpy_helper.to_array(init).ravel().copy()
+        _flip_median(values)
+        init.CopyFrom(onnx.numpy_helper.from_array(values.reshape(tuple(init.dims)), init.name))
+    onnx.save(model, str(model_out))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, flavor", VARIANTS, ids=[f"{b}_{f}" for b, f in VARIANTS])
+def test_one_flipped_weight_fails_the_case(tmp_path, backend, flavor):
+    cfg = Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "build")})
+    case = Case(LARGEST, backend, flavor)
+    case_dir = cfg.case_dir(case)
+    for stage in (stages.model, stages.mlir, stages.vmfb, stages.verify):
+        assert stage(case, cfg) is None
+    assert read_result(case_dir)["status"] == "pass"
+
+    work = tmp_path / "flipped"
+    work.mkdir()
+    flipped = work / case.model_file
+    (flip_tflite_weight if backend == "tflite" else flip_onnx_weight)(case_dir / case.model_file, flipped)
+    import_model(case, flipped, work / "model.mlir", timeout=cfg.timeout, log=work / "import.log")
+    compile_mlir(work / "model.mlir", work / "model.vmfb", compiler=cfg.iree_compile, flags=(),
+                 timeout=cfg.timeout, log=work / "compile.log")
+    shutil.copy(work / "model.vmfb", case_dir / "model.vmfb")  # the "miscompiled" module
+
+    result = verify_case(case, case_dir, timeout=cfg.timeout)
+    assert result.status == "fail", result.reason
+    assert all(not m["passed"] for name, m in result.metrics.items() if "TFLite hybrid" not in name)
+    assert "outside tolerance" in result.reason
