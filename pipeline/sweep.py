@@ -104,7 +104,8 @@ class SweepSpec:
         """(category, geometry) pairs in sweep order; a repeated geometry keeps its first category."""
         seen: set[Geometry] = set()
         out = []
-        drawn = [(c.name, g) for c in self.categories for g in c.sample(n)]
+        drawn = [(c.name, g.validate(f"category {c.name} geometry {i} ({g.id})"))
+                 for c in self.categories for i, g in enumerate(c.sample(n))]
         for name, geometry in [*drawn, *self.geometries]:
             if geometry not in seen:
                 seen.add(geometry)

@@ -9,9 +9,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DOIT = [sys.executable, "-m", "doit"]
 
 
+# The user's compiler, its flags and the timeout apply to the tests too; what is swept and
+# where it is built is the tests' own.
+HONOURED = ("CONV_SWEEP_IREE_COMPILE", "CONV_SWEEP_COMPILE_FLAGS", "CONV_SWEEP_TIMEOUT")
+
+
 def clean_env(**knobs) -> dict:
-    """The environment without the user's CONV_SWEEP_* settings, plus `knobs`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    """The environment without the user's sweep selection and build folder, plus `knobs`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_") or k in HONOURED}
     env.update({k: str(v) for k, v in knobs.items()})
     return env
 

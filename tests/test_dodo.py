@@ -86,10 +86,10 @@ exec {real} "$@"
 
 
 def test_failing_compile_fails_its_case_only(tmp_path):
-    from pipeline.config import tool_path
+    from pipeline.config import Config
 
     wrapper = tmp_path / "bad-iree-compile"
-    wrapper.write_text(FAILING_COMPILER.format(real=tool_path("iree-compile")))
+    wrapper.write_text(FAILING_COMPILER.format(real=Config.from_env(clean_env()).iree_compile))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper)

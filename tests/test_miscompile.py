@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
+from helpers import clean_env
 from pipeline import stages
 from pipeline.cases import FLAVORS, Case
 from pipeline.compiler import compile_mlir
@@ -67,7 +68,7 @@ def flip_onnx_weight(model_in, model_out):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend, flavor", VARIANTS, ids=[f"{b}_{f}" for b, f in VARIANTS])
 def test_one_flipped_weight_fails_the_case(tmp_path, backend, flavor):
-    cfg = Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "build")})
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
     case = Case(LARGEST, backend, flavor)
     case_dir = cfg.case_dir(case)
     for stage in (stages.model, stages.mlir, stages.vmfb, stages.verify):
@@ -79,7 +80,7 @@ def test_one_flipped_weight_fails_the_case(tmp_path, backend, flavor):
     flipped = work / case.model_file
     (flip_tflite_weight if backend == "tflite" else flip_onnx_weight)(case_dir / case.model_file, flipped)
     import_model(case, flipped, work / "model.mlir", timeout=cfg.timeout, log=work / "import.log")
-    compile_mlir(work / "model.mlir", work / "model.vmfb", compiler=cfg.iree_compile, flags=(),
+    compile_mlir(work / "model.mlir", work / "model.vmfb", compiler=cfg.iree_compile, flags=cfg.compile_flags,
                  timeout=cfg.timeout, log=work / "compile.log")
     shutil.copy(work / "model.vmfb", case_dir / "model.vmfb")  # the "miscompiled" module
 
