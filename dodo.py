@@ -46,7 +46,7 @@ def _clean_case_dir(case):
     shutil.rmtree(CFG.case_dir(case), ignore_errors=True)
 
 
-def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None):
+def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None, clean_case_dir=False):
     for case in CASES:
         folder = CFG.case_dir(case)
         key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
@@ -57,7 +57,7 @@ def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None):
             "file_dep": [str(folder / name) for name in file_dep(case)],
             "targets": [str(folder / target(case))],
             "uptodate": [config_changed(key)],
-            "clean": True,
+            "clean": [(_clean_case_dir, [case])] if clean_case_dir else True,
         }
 
 
@@ -81,12 +81,9 @@ def task_vmfb():
 
 def task_verify():
     """Run the .vmfb and compare with the oracle; writes result.json."""
-    for task in _subtasks("verify", "result.json", stages.verify,
-                          lambda c: [c.model_file, stages.VMFB], lambda c: "result.json",
-                          lambda c: {"compile_only": c.compile_only}):
-        case = next(c for c in [task["actions"][0][1][1]])
-        task["clean"] = [(_clean_case_dir, [case])]
-        yield task
+    yield from _subtasks("verify", "result.json", stages.verify, lambda c: [c.model_file, stages.VMFB],
+                         lambda c: "result.json", lambda c: {"compile_only": c.compile_only},
+                         clean_case_dir=True)
 
 
 def task_sweep():

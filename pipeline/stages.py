@@ -49,7 +49,7 @@ def model(case: Case, cfg: Config) -> str | None:
             from .model_tflite import build_tflite as build
         else:
             from .model_onnx import build_onnx as build
-        (log).unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
         build(case, case_dir / case.model_file)
 
     return _run("model", case, cfg, work)
