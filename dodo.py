@@ -63,25 +63,25 @@ def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None, clean_case_dir
 
 def task_model():
     """Build the case's model file (.tflite from tf.keras, .onnx from torch)."""
-    yield from _subtasks("model", "model file", stages.model, lambda c: [], lambda c: c.model_file,
+    yield from _subtasks("model", "build the model file", stages.model, lambda c: [], lambda c: c.model_file,
                          lambda c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor})
 
 
 def task_mlir():
     """Import the model file to text MLIR (tosa-converter-for-tflite / iree-import-onnx)."""
-    yield from _subtasks("mlir", "model.mlir", stages.mlir, lambda c: [c.model_file], lambda c: stages.MLIR)
+    yield from _subtasks("mlir", "import model.mlir", stages.mlir, lambda c: [c.model_file], lambda c: stages.MLIR)
 
 
 def task_vmfb():
     """Compile the MLIR with iree-compile for llvm-cpu on the host CPU."""
     compiler = {"compiler": executable_identity(CFG.iree_compile), "flags": list(CFG.compile_flags)}
-    yield from _subtasks("vmfb", "model.vmfb", stages.vmfb, lambda c: [stages.MLIR], lambda c: stages.VMFB,
+    yield from _subtasks("vmfb", "compile model.vmfb", stages.vmfb, lambda c: [stages.MLIR], lambda c: stages.VMFB,
                          lambda c: compiler)
 
 
 def task_verify():
     """Run the .vmfb and compare with the oracle; writes result.json."""
-    yield from _subtasks("verify", "result.json", stages.verify, lambda c: [c.model_file, stages.VMFB],
+    yield from _subtasks("verify", "run, compare and write result.json", stages.verify, lambda c: [c.model_file, stages.VMFB],
                          lambda c: "result.json", lambda c: {"compile_only": c.compile_only},
                          clean_case_dir=True)
 
