@@ -66,21 +66,36 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              env=env, start_new_session=True)
-    except subprocess.TimeoutExpired as err:
-        _append_log(log, argv, f"timed out after {timeout:g} s", err.stdout, err.stderr)
-        raise StageError(stage, f"{Path(argv[0]).name} timed out after {timeout:g} s", argv, str(log)) from None
+        # A new session, so that a timeout kills the tool and every process it started: a
+        # grandchild left holding the output pipes would otherwise block the read for ever.
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
     except OSError as err:
         _append_log(log, argv, f"could not start: {err}", b"", b"")
         raise StageError(stage, f"{Path(argv[0]).name} could not start: {err.strerror}", argv, str(log)) from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        _append_log(log, argv, f"timed out after {timeout:g} s", stdout, stderr)
+        raise StageError(stage, f"{Path(argv[0]).name} timed out after {timeout:g} s", argv, str(log)) from None
+    finally:
+        _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start
-    _append_log(log, argv, _describe_exit(proc.returncode) + f" after {elapsed:.2f} s", proc.stdout, proc.stderr)
+    _append_log(log, argv, _describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
     if proc.returncode != 0:
-        detail = _last_line(proc.stderr.decode(errors="replace")) or _last_line(proc.stdout.decode(errors="replace"))
+        detail = _last_line(stderr.decode(errors="replace")) or _last_line(stdout.decode(errors="replace"))
         reason = f"{Path(argv[0]).name} {_describe_exit(proc.returncode)}"
         raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
     return elapsed
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _append_log(log: Path, argv: list[str], status: str, stdout, stderr) -> None:

@@ -1,0 +1,53 @@
+import time
+
+import pytest
+
+from pipeline.errors import StageError
+from pipeline.tools import atomic_output, run_tool, write_bytes
+
+
+def test_run_tool_logs_command_and_output(tmp_path):
+    log = tmp_path / "t.log"
+    seconds = run_tool(["sh", "-c", "echo hello; echo warn >&2"], stage="x", timeout=10, log=log)
+    assert seconds >= 0
+    text = log.read_text()
+    assert "$ sh -c 'echo hello; echo warn >&2'" in text and "hello" in text and "warn" in text
+    assert "exit status 0" in text
+
+
+def test_nonzero_exit_is_a_stage_error_with_the_last_stderr_line(tmp_path):
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", "echo one >&2; echo 'error: two' >&2; exit 4"], stage="compile", timeout=10,
+                 log=tmp_path / "t.log")
+    assert err.value.stage == "compile"
+    assert err.value.reason == "sh exit status 4: error: two"
+    assert err.value.command.startswith("sh -c")
+
+
+def test_crash_names_the_signal(tmp_path):
+    with pytest.raises(StageError, match="killed by signal SIGSEGV"):
+        run_tool(["sh", "-c", "kill -SEGV $$"], stage="compile", timeout=10, log=tmp_path / "t.log")
+
+
+def test_timeout_kills_the_tool_and_its_children(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(StageError, match="timed out after 1 s"):
+        run_tool(["sh", "-c", "sleep 60 & sleep 60"], stage="compile", timeout=1, log=tmp_path / "t.log")
+    assert time.monotonic() - start < 10
+    assert "timed out" in (tmp_path / "t.log").read_text()
+
+
+def test_missing_tool_is_a_stage_error(tmp_path):
+    with pytest.raises(StageError, match="could not start"):
+        run_tool([str(tmp_path / "nope")], stage="import", timeout=10, log=tmp_path / "t.log")
+
+
+def test_atomic_output_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "model.vmfb"
+    write_bytes(target, b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_output(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.vmfb"]
