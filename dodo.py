@@ -11,6 +11,7 @@ from doit.tools import config_changed
 from pipeline import stages
 from pipeline.config import Config
 from pipeline.errors import ConfigError
+from pipeline.integrity import file_record, unchanged
 from pipeline.fingerprint import executable_identity, stage_fingerprint
 
 try:
@@ -18,26 +19,34 @@ try:
     CASES = CFG.cases()
 except ConfigError as err:
     raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
-CFG.build_dir.mkdir(parents=True, exist_ok=True)  # doit opens its database there
 
 DOIT_CONFIG = {
     "default_tasks": ["sweep"],
     "continue": True,  # a failing case fails its own tasks, the rest of the sweep goes on
     "dep_file": str(CFG.build_dir / ".doit.db"),
-    "backend": "sqlite3",
+    "backend": "durable",  # pipeline/durable_db.py: commits per task, one run per build folder
     "verbosity": 0,
+    "check_file_uptodate": "md5",  # an upstream rebuild with identical bytes does not cascade
 }
 
 
-def _action(stage_fn, case):
-    """Run one stage of one case; a failure message becomes a doit task failure."""
+def _action(stage_fn, case, target):
+    """Run one stage of one case; a failure message becomes a doit task failure.
+
+    On success the output's size, mtime and digest are saved with the task (doit values).
+    """
     import sys
 
     message = stage_fn(case, CFG)
     if message:
         print(message, file=sys.stderr)
         return TaskFailed(message)
-    return None
+    return {"output": file_record(target)}
+
+
+def _output_intact(task, values, target):
+    """Up to date only while the output is the file this task wrote."""
+    return unchanged(values.get("output"), target)
 
 
 def _clean_case_dir(case):
@@ -49,14 +58,15 @@ def _clean_case_dir(case):
 def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None, clean_case_dir=False):
     for case in CASES:
         folder = CFG.case_dir(case)
+        output = str(folder / target(case))
         key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
         yield {
             "name": case.name,
             "doc": doc,
-            "actions": [(_action, [stage_fn, case])],
+            "actions": [(_action, [stage_fn, case, output])],
             "file_dep": [str(folder / name) for name in file_dep(case)],
-            "targets": [str(folder / target(case))],
-            "uptodate": [config_changed(key)],
+            "targets": [output],
+            "uptodate": [config_changed(key), (_output_intact, [output])],
             "clean": [(_clean_case_dir, [case])] if clean_case_dir else True,
         }
 

@@ -61,6 +61,7 @@ class Config:
         spec_path = env.get("CONV_SWEEP_SPEC") or None
         spec = load_spec(spec_path) if spec_path else SweepSpec()
         compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
+        _check_writable(build_dir)
         return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only)
 
     def cases(self) -> list[Case]:
@@ -68,6 +69,19 @@ class Config:
 
     def case_dir(self, case: Case) -> Path:
         return self.build_dir / "cases" / case.name
+
+
+def _check_writable(build_dir: Path) -> None:
+    """Create the build folder and write a probe file in it, or name the knob that points there."""
+    import tempfile
+
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=build_dir):
+            pass
+    except OSError as err:
+        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
+                          f"is not a writable folder ({err.strerror})") from None
 
 
 def _parse_int(env, name: str, default: int, minimum: int) -> int:

@@ -124,3 +124,12 @@ def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarra
         # bf16 operands (as stored), exact accumulation, one rounding to bf16 (nearest even)
         return float64_reference(case, weights, x.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)
     return onnxruntime_output(model, x)
+
+
+def evaluate(case: Case, model: Path, x: np.ndarray) -> tuple[ModelWeights, np.ndarray, np.ndarray | None]:
+    """Everything verify needs from the model: its weights, the oracle's output for x and,
+    for w8if32, the float64 conv of the dequantized weights. Runs in the helper process."""
+    weights = model_weights(case, model)
+    expected = expected_output(case, model, weights, x)
+    exact = float64_reference(case, weights, x).astype(np.float32) if case.flavor == "w8if32" else None
+    return weights, expected, exact

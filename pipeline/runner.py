@@ -1,6 +1,8 @@
 """Stage 4a: run a .vmfb on the case's saved input with iree-run-module, in a subprocess."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +10,7 @@ import numpy as np
 from .cases import Case
 from .config import tool_path
 from .errors import StageError
-from .tools import atomic_output, run_tool
+from .tools import run_tool
 
 STAGE = "run"
 DEVICE = "local-sync"  # one thread per run: doit's workers already use the cores
@@ -37,7 +39,10 @@ def run_vmfb(case: Case, vmfb: Path, input_npy: Path, out_shape: tuple[int, ...]
     bf16 outputs are written as raw bytes (iree-run-module cannot write bf16 .npy).
     """
     raw = np.dtype(out_dtype).name == "bfloat16"
-    with atomic_output(Path(log).parent / "actual.tmp", suffix=".bin" if raw else ".npy") as tmp:
+    fd, name = tempfile.mkstemp(prefix=".actual.", suffix=".bin" if raw else ".npy", dir=Path(log).parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
         elapsed = run_tool(run_command(case, vmfb, input_npy, tmp), stage=STAGE, timeout=timeout, log=log)
         if raw:
             data = np.fromfile(tmp, dtype=np.uint8)
@@ -47,4 +52,6 @@ def run_vmfb(case: Case, vmfb: Path, input_npy: Path, out_shape: tuple[int, ...]
             actual = data.view(out_dtype).reshape(out_shape)
         else:
             actual = load_npy(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
     return actual, elapsed

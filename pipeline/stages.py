@@ -44,13 +44,13 @@ def _record_error(case: Case, case_dir: Path, stage: str, reason: str, log: str)
 
 
 def model(case: Case, cfg: Config) -> str | None:
+    from .isolate import call
+
+    builder = "pipeline.model_tflite:build_tflite" if case.backend == "tflite" else "pipeline.model_onnx:build_onnx"
+
     def work(case_dir: Path, log: Path) -> None:
-        if case.backend == "tflite":
-            from .model_tflite import build_tflite as build
-        else:
-            from .model_onnx import build_onnx as build
         log.unlink(missing_ok=True)
-        build(case, case_dir / case.model_file)
+        call(builder, case, case_dir / case.model_file, stage="model", timeout=cfg.timeout, log=log)
 
     return _run("model", case, cfg, work)
 
@@ -82,7 +82,8 @@ def verify(case: Case, cfg: Config) -> str | None:
     outcome: dict = {}
 
     def work(case_dir: Path, log: Path) -> None:
-        (case_dir / "run.log").unlink(missing_ok=True)
+        for stale in ("run.log", "oracle.log"):
+            (case_dir / stale).unlink(missing_ok=True)
         outcome["result"] = verify_case(case, case_dir, timeout=cfg.timeout)
 
     error = _run("verify", case, cfg, work)

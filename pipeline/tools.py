@@ -42,7 +42,7 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode())
 
 
-def _describe_exit(returncode: int) -> str:
+def describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
             return f"killed by signal {signal.Signals(-returncode).name}"
@@ -83,10 +83,10 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
     finally:
         _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start
-    _append_log(log, argv, _describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
+    _append_log(log, argv, describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
     if proc.returncode != 0:
         detail = _last_line(stderr.decode(errors="replace")) or _last_line(stdout.decode(errors="replace"))
-        reason = f"{Path(argv[0]).name} {_describe_exit(proc.returncode)}"
+        reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
         raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
     return elapsed
 

@@ -11,6 +11,7 @@ from .cases import Case
 from .compare import Comparison, compare
 from .compiler import check_vmfb
 from .data import make_input
+from .isolate import call
 from .result import FAIL, PASS, Result, read_stages
 from .runner import run_vmfb
 from .tools import atomic_output
@@ -25,7 +26,7 @@ def save_npy(path: Path, array: np.ndarray) -> None:
 
 
 def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expected: np.ndarray,
-                actual: np.ndarray, model: Path) -> list[Comparison]:
+                actual: np.ndarray, exact: np.ndarray | None = None) -> list[Comparison]:
     """Every check the case's flavor calls for; all must pass."""
     g = case.geometry
     k = g.reduction
@@ -38,7 +39,6 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expecte
         return [compare("vs float64 conv of the bf16 operands, rounded to bf16", expected, actual,
                         tolerance.bf16_tolerance(expected, k, t, b))]
     if case.flavor == "w8if32":
-        exact = oracle.float64_reference(case, weights, x).astype(np.float32)
         return [
             compare("vs float64 conv of the dequantized int8 weights", exact, actual,
                     tolerance.f32_tolerance(exact, k, t, b, implementations=2)),
@@ -63,8 +63,8 @@ def verify_case(case: Case, case_dir: Path, *, timeout: float) -> Result:
     x = make_input(case)
     save_npy(case_dir / INPUT, x)
     start = time.monotonic()
-    weights = oracle.model_weights(case, model)
-    expected = oracle.expected_output(case, model, weights, x)
+    weights, expected, exact = call("pipeline.oracle:evaluate", case, model, x, stage="oracle", timeout=timeout,
+                                    log=case_dir / "oracle.log")
     stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
     save_npy(case_dir / EXPECTED, expected)
     actual, seconds = run_vmfb(case, vmfb, case_dir / INPUT, expected.shape, expected.dtype,
@@ -75,7 +75,7 @@ def verify_case(case: Case, case_dir: Path, *, timeout: float) -> Result:
         # The converter leaves small weight tensors in float; such a case is f32 coverage only.
         notes["weights_quantized"] = weights.weights_quantized
     start = time.monotonic()
-    checks = comparisons(case, weights, x, expected, actual, model)
+    checks = comparisons(case, weights, x, expected, actual, exact)
     stages["compare"] = {"seconds": round(time.monotonic() - start, 4)}
     failed = [c for c in checks if not c.passed]
     result = Result.for_case(

@@ -35,3 +35,11 @@ def test_bad_knob_names_field_and_value(env, field):
         Config.from_env(env)
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}=")
+
+
+def test_unwritable_build_folder_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError) as err:
+        Config.from_env({"CONV_SWEEP_BUILD_DIR": str(blocker / "build")})
+    assert err.value.field == "CONV_SWEEP_BUILD_DIR" and "not a writable folder" in str(err.value)

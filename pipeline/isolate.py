@@ -1,0 +1,125 @@
+"""Python work that can crash (TensorFlow's converter, the TFLite interpreter, torch,
+onnxruntime) runs in a helper process, never in the task runner's worker: doit's
+multiprocess runner hangs for ever if a worker dies.
+
+Each worker keeps one helper (`python -m pipeline.isolate`), so TensorFlow and torch are
+imported once per worker, not once per task. A call that outlives its timeout kills the
+helper; a helper that dies (a segfault, an OOM kill) fails that call with the signal; either
+way the next call starts a fresh helper. While a call runs, the helper's stdout and stderr
+go to the case's log (with a Python traceback on a fatal signal).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import traceback
+
+from .errors import StageError
+from .tools import describe_exit
+
+_HEADER = struct.Struct("<Q")
+_helpers: dict[int, subprocess.Popen] = {}  # worker pid -> its helper
+
+
+def _send(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def _helper() -> subprocess.Popen:
+    proc = _helpers.get(os.getpid())
+    if proc is None or proc.poll() is not None:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.isolate"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        _helpers[os.getpid()] = proc
+    return proc
+
+
+def _discard(proc: subprocess.Popen) -> None:
+    _helpers.pop(os.getpid(), None)
+    proc.kill()
+    proc.wait()
+
+
+def call(function: str, *args, stage: str, timeout: float, log, **kwargs):
+    """Run `module:function`(*args, **kwargs) in this worker's helper process and return its value.
+
+    Raises StageError on a timeout, a crash of the helper, or an exception in the function.
+    """
+    what = function.rsplit(":", 1)[-1]
+    proc = _helper()
+    try:
+        _send(proc.stdin, (function, args, kwargs, str(log)))
+    except BrokenPipeError:
+        _discard(proc)
+        raise StageError(stage, f"{what}: helper process died before the call", None, str(log)) from None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        _discard(proc)
+        raise StageError(stage, f"{what} timed out after {timeout:g} s", None, str(log))
+    reply = _receive(proc.stdout)
+    if reply is None:
+        returncode = proc.wait()
+        _helpers.pop(os.getpid(), None)
+        raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
+                         None, str(log))
+    ok, value = reply
+    if ok:
+        return value
+    kind, *detail = value
+    if kind == "stage":
+        raise StageError(*detail)
+    name, message = detail
+    raise StageError(stage, f"{what}: {name}: {message}".splitlines()[0][:300], None, str(log))
+
+
+def _serve() -> None:
+    import faulthandler
+
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    quiet = os.dup(2)
+    while (request := _receive(requests)) is not None:
+        function, args, kwargs, log = request
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        faulthandler.enable(file=os.fdopen(os.dup(log_fd), "w"), all_threads=False)
+        try:
+            module, name = function.split(":")
+            reply = (True, getattr(importlib.import_module(module), name)(*args, **kwargs))
+        except StageError as err:
+            reply = (False, ("stage", err.stage, err.reason, err.argv, err.log))
+        except Exception as err:  # reported to the caller as this case's failure
+            traceback.print_exc()
+            reply = (False, ("exception", type(err).__name__, str(err)))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(null, 1)
+            os.dup2(quiet, 2)
+            os.close(log_fd)
+        _send(replies, reply)
+
+
+if __name__ == "__main__":
+    _serve()
