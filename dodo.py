@@ -5,6 +5,7 @@ TensorFlow and torch are imported only inside the task actions.
 """
 from pathlib import Path
 
+from doit import get_initial_workdir
 from doit.exceptions import TaskFailed
 from doit.tools import config_changed
 
@@ -14,8 +15,13 @@ from pipeline.errors import ConfigError
 from pipeline.integrity import file_record, unchanged
 from pipeline.fingerprint import executable_identity, stage_fingerprint
 
+_PROJECT = Path(__file__).resolve().parent
+if not (Path(get_initial_workdir()) / "pyproject.toml").resolve() == _PROJECT / "pyproject.toml":
+    # doit reads its plugins (our "durable" backend) from pyproject.toml in the working directory
+    raise SystemExit(f"conv-sweep: run doit from the project folder {_PROJECT} (cd there first)")
+
 try:
-    CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build")
+    CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build", base_dir=get_initial_workdir())
     CASES = CFG.cases()
 except ConfigError as err:
     raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None

@@ -45,21 +45,23 @@ class Config:
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
 
     @classmethod
-    def from_env(cls, environ=None, default_build_dir: Path | None = None) -> "Config":
+    def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
+        """Relative paths in the knobs are taken from `base_dir` (the user's working directory)."""
         env = os.environ if environ is None else environ
+        base = Path(base_dir or os.getcwd())
         n = _parse_int(env, "CONV_SWEEP_N", DEFAULT_N, minimum=0)
         timeout = _parse_float(env, "CONV_SWEEP_TIMEOUT", DEFAULT_TIMEOUT)
-        build_dir = Path(env.get("CONV_SWEEP_BUILD_DIR") or default_build_dir or "build").absolute()
+        build_dir = base / (env.get("CONV_SWEEP_BUILD_DIR") or default_build_dir or "build")
         try:
             flags = tuple(shlex.split(env.get("CONV_SWEEP_COMPILE_FLAGS", "")))
         except ValueError as err:
             raise ConfigError("CONV_SWEEP_COMPILE_FLAGS", env["CONV_SWEEP_COMPILE_FLAGS"], str(err)) from None
         compiler = env.get("CONV_SWEEP_IREE_COMPILE") or "iree-compile"
-        resolved = tool_path(compiler) if os.sep not in compiler else compiler
+        resolved = tool_path(compiler) if os.sep not in compiler else str(base / compiler)
         if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
             raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
         spec_path = env.get("CONV_SWEEP_SPEC") or None
-        spec = load_spec(spec_path) if spec_path else SweepSpec()
+        spec = load_spec(base / spec_path) if spec_path else SweepSpec()
         compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
         _check_writable(build_dir)
         return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only)

@@ -61,10 +61,19 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
     kernel = kernel.transpose(0, 3, 1, 2)
     if case.geometry.rank == 1:
         kernel = kernel[:, :, 0, :]  # Conv1D is a CONV_2D with KH = 1
-    in_q = interpreter.get_input_details()[0]["quantization"]
-    out_q = interpreter.get_output_details()[0]["quantization"]
+    inputs, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    if inputs["dtype"] == np.float32:
+        # The converter may leave the bias out of CONV_2D and add it in a separate ADD (it does
+        # for a Conv1D with one output channel): the model's whole additive constant is its
+        # output for a zero input, exact in float (and in the hybrid kernel: zero quantizes exactly).
+        interpreter.set_tensor(inputs["index"], np.zeros(inputs["shape"], np.float32))
+        interpreter.invoke()
+        offsets = interpreter.get_tensor(outputs["index"]).astype(np.float64).reshape(-1, kernel.shape[0])
+        if not (offsets == offsets[0]).all():
+            raise ValueError(f"{model}: output for a zero input is not one bias per channel")
+        bias = offsets[0]
     return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
-                        float(in_q[0]), float(out_q[0]))
+                        float(inputs["quantization"][0]), float(outputs["quantization"][0]))
 
 
 def onnx_weights(model: Path) -> ModelWeights:

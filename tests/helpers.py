@@ -32,3 +32,31 @@ def write_spec(path: Path, geometries: list[dict]) -> Path:
 
 def results(build_dir: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(build_dir).glob("cases/*/result.json"))}
+
+
+def executed(run: subprocess.CompletedProcess) -> list[str]:
+    """Names of the case tasks a `doit -r json ...` run executed (succeeded or failed)."""
+    report = json.loads(run.stdout)
+    return sorted(t["name"] for t in report["tasks"]
+                  if ":conv_" in t["name"] and t["result"] in ("success", "fail"))
+
+
+def by_stage(names: list[str]) -> dict[str, int]:
+    counts = {"model": 0, "mlir": 0, "vmfb": 0, "verify": 0}
+    for name in names:
+        counts[name.split(":")[0]] += 1
+    return counts
+
+
+def tiny_categories(**changes) -> list[dict]:
+    """Five small categories (one per default category), fast enough for cache tests."""
+    base = dict(spatial=[16, 20], kernel=[1, 3], stride=[1, 2], channels=[1, 8])
+    cats = [dict(name=f"t{i}", seed=100 + i, rank=2 if i < 3 else 1, **base) for i in range(5)]
+    for name, change in changes.items():
+        next(c for c in cats if c["name"] == name).update(change)
+    return cats
+
+
+def write_categories(path: Path, categories: list[dict]) -> Path:
+    path.write_text(json.dumps({"categories": categories}))
+    return path

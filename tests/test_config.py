@@ -30,9 +30,9 @@ def test_knobs_are_read(tmp_path):
     ({"CONV_SWEEP_COMPILE_ONLY": "tflite_f16"}, "CONV_SWEEP_COMPILE_ONLY"),
     ({"CONV_SWEEP_SPEC": "/no/such/spec.json"}, "CONV_SWEEP_SPEC"),
 ])
-def test_bad_knob_names_field_and_value(env, field):
+def test_bad_knob_names_field_and_value(tmp_path, env, field):
     with pytest.raises(ConfigError) as err:
-        Config.from_env(env)
+        Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), **env})
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}=")
 
