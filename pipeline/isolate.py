@@ -24,6 +24,8 @@ from .tools import describe_exit
 
 _HEADER = struct.Struct("<Q")
 _helpers: dict[int, subprocess.Popen] = {}  # worker pid -> its helper
+_warm: dict[int, set[str]] = {}  # worker pid -> warm-up functions its helper has run
+STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
 
 
 def _send(stream, obj) -> None:
@@ -48,6 +50,7 @@ def _helper() -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.isolate"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         _helpers[os.getpid()] = proc
+        _warm[os.getpid()] = set()
     return proc
 
 
@@ -57,11 +60,20 @@ def _discard(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def call(function: str, *args, stage: str, timeout: float, log, **kwargs):
+def call(function: str, *args, stage: str, timeout: float, log, warm_up: str | None = None, **kwargs):
     """Run `module:function`(*args, **kwargs) in this worker's helper process and return its value.
 
+    `warm_up` names a function doing the helper's one-off imports; it runs once per helper,
+    under STARTUP_TIMEOUT, so that `timeout` measures the work itself.
     Raises StageError on a timeout, a crash of the helper, or an exception in the function.
     """
+    if warm_up and warm_up not in _warm.get(os.getpid(), ()):
+        _call(warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+        _warm[os.getpid()].add(warm_up)
+    return _call(function, args, kwargs, stage, timeout, log)
+
+
+def _call(function: str, args, kwargs, stage: str, timeout: float, log):
     what = function.rsplit(":", 1)[-1]
     proc = _helper()
     try:

@@ -16,6 +16,12 @@ F32_OPSET = 17
 BF16_OPSET = 22  # ONNX Conv accepts bfloat16 from opset 22 on
 
 
+def warm_up() -> None:
+    """The helper's one-off imports."""
+    import onnx  # noqa: F401
+    import torch  # noqa: F401
+
+
 def export_f32(case: Case) -> bytes:
     """The f32 ONNX model (TorchScript exporter: one Conv node, no external data)."""
     import io

@@ -12,6 +12,13 @@ from .data import calibration_samples, conv_weights
 from .tools import write_bytes
 
 
+def warm_up() -> None:
+    """The helper's one-off imports."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras  # noqa: F401
+    import tensorflow  # noqa: F401
+
+
 def _keras_model(case: Case):
     import keras
 

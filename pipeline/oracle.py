@@ -26,6 +26,13 @@ class ModelWeights:
     output_scale: float = 0.0  # int8 output quantization (w8i8), 0 when the output is float
 
 
+def warm_up() -> None:
+    """The helper's one-off imports."""
+    import ai_edge_litert.interpreter  # noqa: F401
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+
 def _interpreter(model: Path, reference_kernels: bool):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 

@@ -46,11 +46,13 @@ def _record_error(case: Case, case_dir: Path, stage: str, reason: str, log: str)
 def model(case: Case, cfg: Config) -> str | None:
     from .isolate import call
 
-    builder = "pipeline.model_tflite:build_tflite" if case.backend == "tflite" else "pipeline.model_onnx:build_onnx"
+    module = "pipeline.model_tflite" if case.backend == "tflite" else "pipeline.model_onnx"
+    builder = f"{module}:build_{case.backend}"
 
     def work(case_dir: Path, log: Path) -> None:
         log.unlink(missing_ok=True)
-        call(builder, case, case_dir / case.model_file, stage="model", timeout=cfg.timeout, log=log)
+        call(builder, case, case_dir / case.model_file, stage="model", timeout=cfg.timeout, log=log,
+             warm_up=f"{module}:warm_up")
 
     return _run("model", case, cfg, work)
 

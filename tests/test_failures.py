@@ -1,0 +1,67 @@
+"""A misbehaving compiler fails its own cases, never the sweep: crash, exit status, hang,
+empty or invalid output, under `doit -n 2` with a short timeout."""
+import stat
+import time
+
+import pytest
+
+from helpers import by_stage, clean_env, doit, executed, results, write_spec
+
+pytestmark = pytest.mark.slow
+GEOMETRIES = [
+    {"category": "ok", "rank": 2, "spatial": [10, 9], "kernel": [3, 3], "stride": [1, 1], "c_in": 4, "c_out": 4},
+    {"category": "bad", "rank": 1, "spatial": [20], "kernel": [5], "stride": [2], "c_in": 4, "c_out": 8},
+]
+# For the Conv1D geometry, one misbehaviour per flavor; everything else goes to the real compiler.
+WRAPPER = """#!/bin/sh
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+case "$1" in
+  *conv_tflite_f32_*_r1_*) kill -SEGV $$;;
+  *conv_tflite_w8if32_*_r1_*) echo "error: 'linalg.conv' op injected failure" >&2; exit 3;;
+  *conv_tflite_w8i8_*_r1_*) sleep 600;;
+  *conv_onnx_f32_*_r1_*) : > "$out"; exit 0;;
+  *conv_onnx_bf16_*_r1_*) echo "garbage" > "$out"; exit 0;;
+esac
+exec {real} "$@"
+"""
+EXPECTED = {
+    "tflite_f32": "killed by signal SIGSEGV",
+    "tflite_w8if32": "exit status 3: error: 'linalg.conv' op injected failure",
+    "tflite_w8i8": "timed out after 5 s",
+    "onnx_f32": "empty or missing .vmfb",
+    "onnx_bf16": "invalid .vmfb",
+}
+
+
+def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
+    from pipeline.config import Config
+
+    wrapper = tmp_path / "flaky-iree-compile"
+    wrapper.write_text(WRAPPER.format(real=Config.from_env(clean_env()).iree_compile))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", GEOMETRIES), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper,
+                    CONV_SWEEP_TIMEOUT=5)
+    start = time.monotonic()
+    run = doit("-n", "2", "sweep", env=env, timeout=300)
+    elapsed = time.monotonic() - start
+    print(f"sweep with five misbehaving compiles: {elapsed:.1f} s")
+    assert run.returncode != 0
+    assert elapsed < 60
+    found = results(tmp_path / "build")
+    assert len(found) == 10
+    for name, result in found.items():
+        if result["category"] == "ok":
+            assert result["status"] == "pass", (name, result["reason"])
+            continue
+        variant = f"{result['backend']}_{result['flavor']}"
+        assert (result["status"], result["stage"]) == ("error", "compile"), name
+        assert EXPECTED[variant] in result["reason"], (name, result["reason"])
+        assert "compile.log" in result["log"] and (tmp_path / "build" / "cases" / name / "compile.log").exists()
+        assert f"{name}: compile failed: " in run.stdout + run.stderr
+
+    # failed cases are re-attempted on the next run, and only they
+    rerun = doit("-n", "2", "-r", "json", "sweep", env=env, timeout=300)
+    assert rerun.returncode != 0
+    assert by_stage(executed(rerun)) == {"model": 0, "mlir": 0, "vmfb": 5, "verify": 0}
