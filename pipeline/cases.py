@@ -6,6 +6,7 @@ Low-level module: imports only geometry, sweep and errors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .errors import ConfigError
 from .geometry import Geometry
@@ -36,7 +37,7 @@ class Case:
     def variant(self) -> str:
         return f"{self.backend}_{self.flavor}"
 
-    @property
+    @cached_property
     def name(self) -> str:
         return f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
 

@@ -4,10 +4,14 @@ that implements the stage. Feeds the task runner's up-to-date checks.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+
+from .tools import write_text
 
 PACKAGE_DIR = Path(__file__).parent
 
@@ -44,9 +48,28 @@ def stage_fingerprint(stage: str) -> dict:
     return {"code": code_digest(modules), "versions": {d: _version(d) for d in dists}}
 
 
-@lru_cache(maxsize=None)
-def executable_identity(path: str) -> dict:
-    """An executable's identity without running it: resolved path, size and modification time."""
+def executable_identity(path: str, cache_dir: Path) -> dict:
+    """An executable's identity (resolved path, size, modification time) and what its
+    `--version` prints. The version is asked once per identity and kept in cache_dir."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    key = json.dumps(identity, sort_keys=True)
+    cache = Path(cache_dir) / ".tool-versions.json"
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key not in known:
+        known[key] = _ask_version(real)
+        write_text(cache, json.dumps(known, indent=1) + "\n")
+    return {**identity, "version": known[key]}
+
+
+def _ask_version(path: str) -> str:
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({type(err).__name__})"
+    return (proc.stdout + proc.stderr).strip()[:2000] or f"unknown (exit status {proc.returncode})"

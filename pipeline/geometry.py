@@ -5,6 +5,7 @@ Low-level module: imports nothing from the rest of the package.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .errors import ConfigError
 
@@ -79,7 +80,7 @@ class Geometry:
             return tuple(-(-n // s) for n, s in zip(self.spatial, self.stride))
         return tuple((n - k) // s + 1 for n, k, s in zip(self.spatial, self.kernel, self.stride))
 
-    @property
+    @cached_property
     def id(self) -> str:
         (h, w), (kh, kw), (sh, sw) = self.hw, self.khw, self.shw
         parts = [f"w{w}_h{h}_f{self.c_out}_k{kh}_c{self.c_in}"]
