@@ -82,17 +82,37 @@ def test_wildcard_builds_only_matching_cases(tmp_path):
     assert sorted(p.name for p in (tmp_path / "build" / "cases").iterdir()) == ["conv_tflite_w8i8_" + IDS[1]]
 
 
+BAD_SPECS = {
+    "inverted": ('{"categories": [{"name": "wide", "seed": 1, "rank": 2, "spatial": [64, 16], "kernel": [1, 3], '
+                 '"stride": [1, 1]}]}', "categories[0] (wide).spatial=(64, 16): range is empty or inverted"),
+    "geometry": ('{"geometries": [{"rank": 2, "spatial": [8, 8], "kernel": [9, 3], "stride": [1, 1], '
+                 '"c_in": 1, "c_out": 1}]}', "geometries[0].kernel=(9, 3): does not fit the input"),
+}
+
+
 @pytest.mark.parametrize("knob, value", [
     ("CONV_SWEEP_N", "ten"),
     ("CONV_SWEEP_IREE_COMPILE", "/nonexistent/iree-compile"),
     ("CONV_SWEEP_COMPILE_ONLY", "onnx_int4"),
+    ("CONV_SWEEP_BUILD_DIR", "unwritable"),
+    ("CONV_SWEEP_SPEC", "inverted"),
+    ("CONV_SWEEP_SPEC", "geometry"),
 ])
 def test_bad_configuration_stops_before_any_task(tmp_path, knob, value):
-    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", **{knob: value})
+    expected = f"{knob}={value!r}"
+    if knob == "CONV_SWEEP_BUILD_DIR":
+        (tmp_path / "a-file").write_text("")
+        value = str(tmp_path / "a-file" / "build")
+        expected = f"{knob}={value!r}: is not a writable folder"
+    elif knob == "CONV_SWEEP_SPEC":
+        content, expected = BAD_SPECS[value]
+        value = str(tmp_path / "spec.json")
+        (tmp_path / "spec.json").write_text(content)
+    env = clean_env(**{"CONV_SWEEP_BUILD_DIR": tmp_path / "build", knob: value})
     run = doit("sweep", env=env, timeout=60)
     assert run.returncode != 0
-    assert f"{knob}={value!r}" in run.stderr
-    assert "Traceback" not in run.stderr
+    assert expected in run.stderr
+    assert run.stderr.strip().count("\n") == 0, run.stderr  # one message, no traceback
     assert not (tmp_path / "build" / "cases").exists()
 
 
