@@ -8,6 +8,7 @@ Knobs (all optional):
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600)
   CONV_SWEEP_SPEC           JSON file replacing the built-in categories
   CONV_SWEEP_COMPILE_ONLY   flavors checked for compilation only, e.g. "onnx_bf16,tflite_w8i8"
+  CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file (default pipeline/expected_failures.json)
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import expected
 from .cases import Case, make_cases, parse_variants
 from .errors import ConfigError
 from .sweep import DEFAULT_N, SweepSpec, load_spec
@@ -43,6 +45,8 @@ class Config:
     spec: SweepSpec = field(default_factory=SweepSpec)  # categories and listed geometries
     spec_path: str | None = None  # where the spec came from, None for the built-in one
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
+    expectations: tuple = ()  # expected.Expectation entries
+    expected_path: Path = expected.DEFAULT_FILE  # where they came from
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -63,11 +67,15 @@ class Config:
         spec_path = env.get("CONV_SWEEP_SPEC") or None
         spec = load_spec(base / spec_path) if spec_path else SweepSpec()
         compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
+        expected_path = base / env["CONV_SWEEP_EXPECTED_FAILURES"] if env.get("CONV_SWEEP_EXPECTED_FAILURES") \
+            else expected.DEFAULT_FILE
+        expectations = expected.load(expected_path)
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only)
+        return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only,
+                   expectations, expected_path)
 
     def cases(self) -> list[Case]:
-        return make_cases(self.spec.sample(self.n), self.compile_only)
+        return make_cases(self.spec.sample(self.n), self.compile_only, self.expectations)
 
     def case_dir(self, case: Case) -> Path:
         return self.build_dir / "cases" / case.name

@@ -9,7 +9,7 @@ from pathlib import Path
 from .cases import Case
 from .tools import write_text
 
-PASS, FAIL, ERROR = "pass", "fail", "error"
+PASS, FAIL, ERROR, XFAIL, XPASS = "pass", "fail", "error", "xfail", "xpass"
 RESULT_FILE = "result.json"
 STAGES_FILE = "stages.json"  # per-stage durations and tool versions, written as stages finish
 
@@ -21,7 +21,7 @@ class Result:
     flavor: str
     category: str
     geometry: dict
-    status: str  # pass, fail or error
+    status: str  # pass, fail, error, xfail (failed as listed) or xpass (listed, but passed)
     stage: str | None = None  # the failing stage: model, import, compile, run, verify
     reason: str = ""  # one line
     compile_only: bool = False

@@ -13,10 +13,11 @@ from .compiler import check_vmfb
 from .data import make_input
 from .isolate import call
 from .result import FAIL, PASS, Result, read_stages
+from .repro import write_check
 from .runner import run_vmfb
 from .tools import atomic_output
 
-INPUT, EXPECTED, ACTUAL = "input.npy", "expected.npy", "actual.npy"
+INPUT, EXPECTED, ACTUAL, EXACT = "input.npy", "expected.npy", "actual.npy", "exact.npy"
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:
@@ -25,14 +26,31 @@ def save_npy(path: Path, array: np.ndarray) -> None:
             np.save(f, array)
 
 
+def _terms(case: Case, weights: oracle.ModelWeights, x: np.ndarray) -> tuple[int, float, float, float]:
+    """K, t, b of the tolerance policy, and max|x|."""
+    max_x = float(np.abs(x.astype(np.float64)).max()) if x.size else 0.0
+    return (case.geometry.reduction, float(np.abs(weights.kernel).max()) * max_x,
+            float(np.abs(weights.bias).max()), max_x)
+
+
+def _write_repro_check(case: Case, case_dir: Path, weights: oracle.ModelWeights, x: np.ndarray,
+                       expected: np.ndarray, exact: np.ndarray | None) -> None:
+    """The primary check in iree-run-module's terms (atol + rtol |e|), for repro.sh."""
+    k, t, b, _ = _terms(case, weights, x)
+    if case.flavor == "w8i8":
+        write_check(case_dir, expected, "exact")
+    elif case.flavor == "bf16":  # rtol 2**-7 bounds one bf16 step from above (at most 2x looser)
+        write_check(case_dir, expected, "approximate", tolerance.f32_accumulation(k, t, b, 1),
+                    2.0 ** -tolerance.BF16_MANTISSA_BITS)
+    else:
+        write_check(case_dir, exact if case.flavor == "w8if32" else expected, "approximate",
+                    tolerance.f32_accumulation(k, t, b, 2), 2 * tolerance.U_F32)
+
+
 def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expected: np.ndarray,
                 actual: np.ndarray, exact: np.ndarray | None = None) -> list[Comparison]:
     """Every check the case's flavor calls for; all must pass."""
-    g = case.geometry
-    k = g.reduction
-    max_x = float(np.abs(x.astype(np.float64)).max()) if x.size else 0.0
-    t = float(np.abs(weights.kernel).max()) * max_x
-    b = float(np.abs(weights.bias).max())
+    k, t, b, max_x = _terms(case, weights, x)
     if case.flavor == "w8i8":
         return [compare("vs TFLite reference kernels (bit-exact)", expected, actual, 0.0)]
     if case.flavor == "bf16":
@@ -74,6 +92,9 @@ def verify_case(case: Case, case_dir: Path, *, timeout: float) -> Result:
     if case.flavor == "w8if32":
         # The converter leaves small weight tensors in float; such a case is f32 coverage only.
         notes["weights_quantized"] = weights.weights_quantized
+    if exact is not None:
+        save_npy(case_dir / EXACT, exact)
+    _write_repro_check(case, case_dir, weights, x, expected, exact)
     start = time.monotonic()
     checks = comparisons(case, weights, x, expected, actual, exact)
     stages["compare"] = {"seconds": round(time.monotonic() - start, 4)}

@@ -1,0 +1,72 @@
+"""Expected failures: a checked-in list of cases (shell-style patterns allowed) known to fail
+at a given stage, with the reason. A listed case failing at that stage is `xfail` and does not
+fail the run; one that passes is `xpass` and does (strict); one failing at another stage is
+an ordinary failure.
+
+File format (JSON): {"expected_failures": [{"case": "conv_onnx_bf16_*_k9_*", "stage": "compile",
+"reason": "..."}]}. Low-level module: imports only errors.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+STAGES = ("model", "import", "compile", "run", "oracle", "verify")
+TASK_OF_STAGE = {"model": "model", "import": "mlir", "compile": "vmfb", "run": "verify", "oracle": "verify",
+                 "verify": "verify"}
+DEFAULT_FILE = Path(__file__).parent / "expected_failures.json"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    case: str  # case name or shell-style pattern
+    stage: str  # the stage it is expected to fail at
+    reason: str  # why (a bug link, the failure bucket, ...)
+
+
+def load(path: str | Path) -> tuple[Expectation, ...]:
+    where = f"CONV_SWEEP_EXPECTED_FAILURES ({path})"
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", str(path), f"cannot be read: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", str(path), f"is not valid JSON: {err}") from None
+    entries = data.get("expected_failures") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ConfigError(where, data, 'must be an object {"expected_failures": [...]}')
+    out = []
+    for i, entry in enumerate(entries):
+        here = f"{where}.expected_failures[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"case", "stage", "reason"}:
+            raise ConfigError(here, entry, 'must have exactly the fields "case", "stage" and "reason"')
+        if not isinstance(entry["case"], str) or not entry["case"]:
+            raise ConfigError(f"{here}.case", entry["case"], "must be a case name or pattern")
+        if entry["stage"] not in STAGES:
+            raise ConfigError(f"{here}.stage", entry["stage"], f"must be one of {', '.join(STAGES)}")
+        out.append(Expectation(entry["case"], entry["stage"], str(entry["reason"])))
+    return tuple(out)
+
+
+def match(name: str, expectations: tuple[Expectation, ...]) -> Expectation | None:
+    """The first entry whose pattern matches the case name."""
+    return next((e for e in expectations if fnmatch.fnmatchcase(name, e.case)), None)
+
+
+def dump(expectations: list[Expectation]) -> str:
+    return json.dumps({"expected_failures": [asdict(e) for e in expectations]}, indent=1) + "\n"
+
+
+def accept(current: tuple[Expectation, ...], failures: list[tuple[str, str, str]]) -> list[Expectation]:
+    """The list that makes today's failures expected: (case, stage, bucket) for every case that
+    fails now. Entries that still hold (match some failure at their stage) are kept as written,
+    with their reasons; a failure they do not cover gets its own entry, its bucket as reason."""
+    kept = [e for e in current
+            if any(fnmatch.fnmatchcase(case, e.case) and stage == e.stage for case, stage, _ in failures)]
+    added = [Expectation(case, stage, bucket) for case, stage, bucket in failures
+             if match(case, tuple(kept)) is None or match(case, tuple(kept)).stage != stage]
+    return kept + sorted(added, key=lambda e: e.case)
