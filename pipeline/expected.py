@@ -61,12 +61,15 @@ def dump(expectations: list[Expectation]) -> str:
     return json.dumps({"expected_failures": [asdict(e) for e in expectations]}, indent=1) + "\n"
 
 
-def accept(current: tuple[Expectation, ...], failures: list[tuple[str, str, str]]) -> list[Expectation]:
+def accept(current: tuple[Expectation, ...], failures: list[tuple[str, str, str]],
+           not_run: tuple[str, ...] = ()) -> list[Expectation]:
     """The list that makes today's failures expected: (case, stage, bucket) for every case that
-    fails now. Entries that still hold (match some failure at their stage) are kept as written,
-    with their reasons; a failure they do not cover gets its own entry, its bucket as reason."""
+    fails now. Entries that still hold (match some failure at their stage, or a case with no
+    result to judge by) are kept as written, with their reasons; a failure they do not cover
+    gets its own entry, its bucket as reason."""
     kept = [e for e in current
-            if any(fnmatch.fnmatchcase(case, e.case) and stage == e.stage for case, stage, _ in failures)]
+            if any(fnmatch.fnmatchcase(case, e.case) and stage == e.stage for case, stage, _ in failures)
+            or any(fnmatch.fnmatchcase(case, e.case) for case in not_run)]
     added = [Expectation(case, stage, bucket) for case, stage, bucket in failures
              if match(case, tuple(kept)) is None or match(case, tuple(kept)).stage != stage]
     return kept + sorted(added, key=lambda e: e.case)

@@ -20,7 +20,11 @@ def sha256(path: Path) -> str:
 
 
 def file_record(path: Path) -> dict:
-    st = os.stat(path)
+    """What `path` holds now; {"absent": True} when the stage wrote nothing (an expected failure)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {"absent": True}
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
 
 
@@ -28,6 +32,8 @@ def unchanged(record: dict | None, path: Path) -> bool:
     """True if `path` still holds what `record` describes."""
     if not record:
         return False
+    if record.get("absent"):
+        return not os.path.exists(path)
     try:
         st = os.stat(path)
     except OSError:

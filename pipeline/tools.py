@@ -51,9 +51,12 @@ def describe_exit(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-def _last_line(text: str) -> str:
+def _diagnostic(text: str) -> str:
+    """The line that says what went wrong: the first "error:" line (a compiler diagnostic),
+    else the last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    errors = [line for line in lines if "error:" in line.lower()]
+    return (errors or lines or [""])[0 if errors else -1][:300]
 
 
 def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None) -> float:
@@ -85,7 +88,7 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
     elapsed = time.monotonic() - start
     _append_log(log, argv, describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
     if proc.returncode != 0:
-        detail = _last_line(stderr.decode(errors="replace")) or _last_line(stdout.decode(errors="replace"))
+        detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
         reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
         raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
     return elapsed

@@ -51,3 +51,10 @@ def test_atomic_output_keeps_the_old_file_when_the_writer_fails(tmp_path):
             raise RuntimeError("killed mid-write")
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.vmfb"]
+
+
+def test_reason_is_the_first_error_line_when_there_is_one(tmp_path):
+    script = "echo 'note: a'; echo 'm.mlir:3:5: error: failed to legalize' >&2; echo 'note: b' >&2; exit 1"
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", script], stage="compile", timeout=10, log=tmp_path / "t.log")
+    assert err.value.reason == "sh exit status 1: m.mlir:3:5: error: failed to legalize"

@@ -1,0 +1,235 @@
+"""The sweep's outcome, read from every case's result.json: a terminal summary, and
+results.json, junit.xml and a self-contained report.html in <build>/report/.
+
+Reports only consume results; they never change a case's status.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from .cases import Case
+from .result import ERROR, FAIL, PASS, XFAIL, XPASS, read_result
+from .tools import write_text
+
+NOT_RUN = "not run"
+ERROR_STAGES = ("model", "import", "compile", "run", "oracle", "verify")
+REPORT_DIR = "report"
+REPORT_AT_END = "CONV_SWEEP_REPORT_AT_END"  # set while a doit run will write the report when it ends
+
+
+def collect(cases: list[Case], case_dir) -> list[dict]:
+    """One entry per case of the sweep: its result.json, or status "not run"."""
+    entries = []
+    for case in cases:
+        result = read_result(case_dir(case)) or {}
+        entry = {"case": case.name, "backend": case.backend, "flavor": case.flavor, "category": case.category,
+                 "geometry": case.geometry.to_dict(), "status": NOT_RUN, "stage": None, "reason": "",
+                 "metrics": {}, "notes": {}, "stages": {}, "log": None,
+                 "repro": str(case_dir(case) / "repro.sh")}
+        entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "repro")})
+        entries.append(entry)
+    return entries
+
+
+def failed(entry: dict) -> bool:
+    """Counts against the run: a failure, an error, or an unexpected pass."""
+    return entry["status"] in (FAIL, ERROR, XPASS)
+
+
+# --- failure buckets ---------------------------------------------------------------------------
+
+_NORMALIZE = [
+    (re.compile(r"conv_(tflite|onnx)_\w+"), "<case>"),
+    (re.compile(r"(?:[A-Za-z]:)?/[^\s'\"():,]+"), "<path>"),
+    (re.compile(r"tensor<[^>]*>"), "tensor<...>"),
+    (re.compile(r"\b(?:\d+x)+(?:[a-z]+\d*|\d+)\b"), "<shape>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"(?<![A-Za-z_\d.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"), "<n>"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def signature(entry: dict) -> str:
+    """Stage plus the diagnostic with numbers, paths, shapes and case names abstracted."""
+    text = entry.get("reason") or ""
+    for pattern, replacement in _NORMALIZE:
+        text = pattern.sub(replacement, text)
+    return f"{entry.get('stage') or '?'}: {text.strip()}"
+
+
+def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
+    """Failures (and expected failures) grouped by signature, biggest first."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for entry in entries:
+        if entry["status"] in (FAIL, ERROR, XFAIL):
+            groups[signature(entry)].append(entry)
+    out = [{"signature": sig, "count": len(group), "statuses": dict(Counter(e["status"] for e in group)),
+            "examples": [e["case"] for e in group[:examples]]} for sig, group in groups.items()]
+    return sorted(out, key=lambda b: (-b["count"], b["signature"]))
+
+
+# --- the summary table -------------------------------------------------------------------------
+
+def _column(entry: dict) -> str:
+    if entry["status"] == ERROR:
+        return f"error:{entry['stage'] if entry['stage'] in ERROR_STAGES else 'other'}"
+    return entry["status"]
+
+
+def counts(entries: list[dict], key) -> dict[str, Counter]:
+    table: dict[str, Counter] = defaultdict(Counter)
+    for entry in entries:
+        table[key(entry)][_column(entry)] += 1
+    return table
+
+
+def columns(entries: list[dict]) -> list[str]:
+    present = {_column(e) for e in entries}
+    fixed = [PASS, FAIL, *(f"error:{s}" for s in ERROR_STAGES), XFAIL, XPASS, NOT_RUN]
+    return [c for c in fixed if c in present or c in (PASS, FAIL, XFAIL, XPASS)] + sorted(present - set(fixed))
+
+
+def summary_rows(entries: list[dict]) -> tuple[list[str], list[list]]:
+    cols = columns(entries)
+    rows = []
+    for title, key in (("flavor", lambda e: f"{e['backend']}_{e['flavor']}"), ("category", lambda e: e["category"])):
+        table = counts(entries, key)
+        for name in sorted(table):
+            rows.append([f"{title} {name}", *(table[name][c] for c in cols), sum(table[name].values())])
+    total = Counter(_column(e) for e in entries)
+    rows.append(["total", *(total[c] for c in cols), len(entries)])
+    return cols, rows
+
+
+def format_table(header: list[str], rows: list[list]) -> str:
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def slowest(entries: list[dict], top: int = 5) -> list[tuple[str, str, float]]:
+    timed = [(e["case"], stage, float(info.get("seconds", 0)))
+             for e in entries for stage, info in (e.get("stages") or {}).items()]
+    return sorted(timed, key=lambda t: -t[2])[:top]
+
+
+def stage_totals(entries: list[dict]) -> dict[str, float]:
+    totals: Counter = Counter()
+    for e in entries:
+        for stage, info in (e.get("stages") or {}).items():
+            totals[stage] += float(info.get("seconds", 0))
+    return dict(totals)
+
+
+def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None) -> str:
+    cols, rows = summary_rows(entries)
+    parts = [format_table(["", *cols, "total"], rows)]
+    totals = stage_totals(entries)
+    if totals:
+        parts.append("stage time (s): " + ", ".join(f"{s} {t:.1f}" for s, t in sorted(totals.items(), key=lambda i: -i[1])))
+        parts.append("slowest: " + "; ".join(f"{stage} {case} {sec:.2f} s" for case, stage, sec in slowest(entries)))
+    for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
+        parts.append(f"[{b['count']}] {b['signature'][:160]}\n      e.g. {', '.join(b['examples'])}")
+    if report_dir:
+        parts.append(f"report: {report_dir / 'report.html'} (also results.json, junit.xml)")
+    return "\n".join(parts)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+def junit_xml(entries: list[dict]) -> str:
+    from xml.sax.saxutils import quoteattr
+
+    fails = sum(e["status"] in (FAIL, XPASS) for e in entries)
+    errors = sum(e["status"] == ERROR for e in entries)
+    skipped = sum(e["status"] in (XFAIL, NOT_RUN) for e in entries)
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuites><testsuite name="conv_sweep" tests="{len(entries)}" failures="{fails}" '
+             f'errors="{errors}" skipped="{skipped}">']
+    for e in entries:
+        seconds = sum(float(i.get("seconds", 0)) for i in (e.get("stages") or {}).values())
+        head = (f'  <testcase classname={quoteattr("conv_sweep." + e["backend"] + "_" + e["flavor"])} '
+                f'name={quoteattr(e["case"])} time="{seconds:.3f}"')
+        message = quoteattr(f"{e['stage']}: {e['reason']}"[:2000])
+        detail = f"repro: {e['repro']}" + (f"\nlog: {e['log']}" if e.get("log") else "")
+        if e["status"] in (FAIL, XPASS):
+            lines.append(f"{head}><failure message={message} type={quoteattr(e['status'])}>"
+                         f"{_escape(detail)}</failure></testcase>")
+        elif e["status"] == ERROR:
+            lines.append(f"{head}><error message={message} type={quoteattr('error:' + str(e['stage']))}>"
+                         f"{_escape(detail)}</error></testcase>")
+        elif e["status"] in (XFAIL, NOT_RUN):
+            reason = f"expected failure at {e['stage']}: {e['reason']}" if e["status"] == XFAIL else NOT_RUN
+            lines.append(f"{head}><skipped message={quoteattr(reason[:2000])}/></testcase>")
+        else:
+            lines.append(f"{head}/>")
+    lines.append("</testsuite></testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str) -> str:
+    from xml.sax.saxutils import escape
+
+    return escape(text)
+
+
+def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
+    """Write results.json, junit.xml and report.html; return the buckets."""
+    from .report_html import render
+
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    groups = buckets(entries)
+    cols, rows = summary_rows(entries)
+    document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
+                "stage_seconds": stage_totals(entries), "cases": entries}
+    write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
+    write_text(report_dir / "junit.xml", junit_xml(entries))
+    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools))
+    return {"buckets": groups}
+
+
+def tool_versions(cfg) -> dict:
+    from .fingerprint import STAGE_INPUTS, executable_identity, stage_fingerprint
+
+    versions = {}
+    for stage in STAGE_INPUTS:
+        versions.update(stage_fingerprint(stage)["versions"])
+    compiler = executable_identity(cfg.iree_compile, cfg.build_dir)
+    versions["iree-compile"] = f"{compiler['path']}: {compiler['version'].splitlines()[1:2] or compiler['version']}"
+    versions["compile flags"] = " ".join(cfg.compile_flags) or "(none)"
+    return versions
+
+
+def report_run(cfg, cases: list[Case], out=None) -> list[dict]:
+    """Read every case's result, write the report files, print the summary; return the entries."""
+    import sys
+
+    entries = collect(cases, cfg.case_dir)
+    report_dir = cfg.build_dir / REPORT_DIR
+    groups = write_report(entries, report_dir, tool_versions(cfg))["buckets"]
+    print(summary(entries, groups, report_dir), file=out or sys.stdout)
+    return entries
+
+
+def accept_failures(cfg, cases: list[Case], out=None) -> list:
+    """Rewrite the expected-failures file so that every case failing now is expected."""
+    import sys
+
+    from . import expected
+
+    entries = collect(cases, cfg.case_dir)
+    failures = [(e["case"], e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL)]
+    not_run = tuple(e["case"] for e in entries if e["status"] == NOT_RUN)
+    new = expected.accept(cfg.expectations, failures, not_run)
+    write_text(cfg.expected_path, expected.dump(new))
+    kept = sum(e in cfg.expectations for e in new)
+    print(f"{cfg.expected_path}: {len(new)} entries ({kept} kept with their reasons, {len(new) - kept} added, "
+          f"{len(cfg.expectations) - kept} dropped)", file=out or sys.stdout)
+    return new

@@ -1,0 +1,197 @@
+"""Results a compiler engineer can act on, through the real commands: a sweep with injected
+compile failures and an expected-failures list gives xfail/xpass/error, the report files,
+buckets, repro.sh, the pytest mapping, and `doit accept_failures` makes the list current."""
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from helpers import ROOT, clean_env, doit, results, write_spec
+
+pytestmark = pytest.mark.slow
+GEOMETRIES = [
+    {"category": "two", "rank": 2, "spatial": [10, 9], "kernel": [3, 3], "stride": [1, 1], "c_in": 4, "c_out": 4},
+    {"category": "one", "rank": 1, "spatial": [20], "kernel": [5], "stride": [2], "c_in": 4, "c_out": 8},
+]
+G2, G1 = "w9_h10_f4_k3_c4_pvalid", "w20_h1_f8_k5_c4_r1_s1x2_pvalid"
+WRAPPER = """#!/bin/sh
+case "$1" in
+  *conv_onnx_*_r1_*) echo "$1:3:7: error: 'linalg.conv_1d' op injected failure for 4x8 operands" >&2; exit 1;;
+esac
+exec {real} "$@"
+"""
+EXPECTED = [
+    {"case": f"conv_onnx_bf16_{G1}", "stage": "compile", "reason": "known: bf16 conv_1d (injected)"},
+    {"case": f"conv_tflite_f32_{G2}", "stage": "compile", "reason": "was broken, fixed since"},
+    {"case": f"conv_onnx_f32_*_r1_*", "stage": "verify", "reason": "listed at the wrong stage"},
+]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    from pipeline.config import Config
+
+    tmp = tmp_path_factory.mktemp("report")
+    wrapper = tmp / "iree-compile-wrapper"
+    wrapper.write_text(WRAPPER.format(real=Config.from_env(clean_env()).iree_compile))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    expected = tmp / "expected.json"
+    expected.write_text(json.dumps({"expected_failures": EXPECTED}))
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", GEOMETRIES), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp / "build", CONV_SWEEP_IREE_COMPILE=wrapper,
+                    CONV_SWEEP_EXPECTED_FAILURES=expected, CONV_SWEEP_PROGRESS_INTERVAL=0)
+    run = doit("-n", "2", "sweep", env=env)
+    return {"tmp": tmp, "env": env, "run": run, "build": tmp / "build", "expected": expected}
+
+
+def test_statuses_and_exit_code(scenario):
+    assert scenario["run"].returncode != 0  # one xpass and one unexpected error
+    status = {name: (r["status"], r["stage"]) for name, r in results(scenario["build"]).items()}
+    assert status[f"conv_onnx_bf16_{G1}"] == ("xfail", "compile")
+    assert status[f"conv_tflite_f32_{G2}"] == ("xpass", "compile")
+    assert status[f"conv_onnx_f32_{G1}"] == ("error", "compile")  # listed at verify: a real failure
+    assert sum(s == ("pass", None) for s in status.values()) == 7
+
+
+def test_failure_message_ends_with_repro(scenario):
+    out = scenario["run"].stdout + scenario["run"].stderr
+    line = next(l for l in out.splitlines() if l.startswith(f"conv_onnx_f32_{G1}: compile failed:"))
+    assert line.endswith(f"cases/conv_onnx_f32_{G1}/repro.sh")
+    assert "error: 'linalg.conv_1d' op injected failure" in line
+
+
+def test_summary_table_in_the_terminal(scenario):
+    out = scenario["run"].stdout
+    header = next(l for l in out.splitlines() if re.match(r"^\s+pass\s+fail", l))
+    assert header.split() == ["pass", "fail", "error:compile", "xfail", "xpass", "total"]
+    total = next(l for l in out.splitlines() if l.startswith("total "))
+    assert total.split() == ["total", "7", "0", "1", "1", "1", "10"]
+    assert re.search(r"^flavor onnx_f32\s+1\s+0\s+1\s+0\s+0\s+2$", out, re.M)
+    assert "slowest:" in out and "report/report.html" in out
+
+
+def test_results_json_holds_every_case(scenario):
+    doc = json.loads((scenario["build"] / "report" / "results.json").read_text())
+    assert len(doc["cases"]) == 10
+    case = next(c for c in doc["cases"] if c["case"] == f"conv_tflite_w8i8_{G2}")
+    metric = next(iter(case["metrics"].values()))
+    for key in ("max_abs_error", "max_rel_error", "max_tolerance", "error_to_tolerance", "lsb_histogram"):
+        assert key in metric
+    assert set(case["geometry"]) >= {"spatial", "kernel", "stride", "c_in", "c_out"}
+    assert "compile" in case["stages"] and "iree-compile" in doc["tools"]
+
+
+def test_buckets_abstract_numbers_paths_and_shapes(scenario):
+    doc = json.loads((scenario["build"] / "report" / "results.json").read_text())
+    bucket = doc["buckets"][0]
+    assert bucket["count"] == 2  # the onnx Conv1D cases, xfail and error, one signature
+    assert bucket["signature"] == ("compile: iree-compile-wrapper exit status <n>: <path>:<n>:<n>: "
+                                   "error: 'linalg.conv_1d' op injected failure for <shape> operands")
+
+
+def test_junit_xml_one_testcase_per_case(scenario):
+    root = ET.parse(scenario["build"] / "report" / "junit.xml").getroot()
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert len(cases) == 10
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("1", "1", "1")
+    error = next(c for c in cases if c.get("name") == f"conv_onnx_f32_{G1}").find("error")
+    assert "injected failure" in error.get("message")
+
+
+def test_report_html_is_self_contained_and_renders(scenario, tmp_path):
+    page = scenario["build"] / "report" / "report.html"
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 3
+    assert not re.search(r"""(src|href)=["']?https?:""", text)
+    chromium = "/usr/bin/chromium"
+    assert os.path.exists(chromium), "install Debian's chromium (see .ci/run)"
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2000",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=True)
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1400, 2000)
+    colors = image.getcolors(maxcolors=1 << 20)
+    assert len(colors) > 500  # tables, text and plots, not a blank page
+
+
+def test_repro_passes_and_catches_a_corrupted_expected_output(scenario):
+    for name in (f"conv_tflite_f32_{G1}", f"conv_tflite_w8i8_{G2}", f"conv_onnx_bf16_{G2}"):
+        repro = scenario["build"] / "cases" / name / "repro.sh"
+        ok = subprocess.run(["bash", str(repro)], capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        expected = repro.parent / "repro-expected.bin"
+        data = bytearray(expected.read_bytes())
+        data[len(data) // 2] ^= 0x40  # one element of the expected output changes
+        expected.write_bytes(bytes(data))
+        bad = subprocess.run(["bash", str(repro)], capture_output=True, text=True, timeout=120)
+        assert bad.returncode != 0, name
+
+
+def test_pytest_front_end_maps_expected_failures_to_strict_xfail(scenario):
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests/test_conv_sweep.py", "-m", "conv_sweep", "-q",
+                          "-p", "no:cacheprovider"], cwd=ROOT, env=scenario["env"], capture_output=True, text=True,
+                         timeout=600)
+    last = run.stdout.strip().splitlines()[-1]
+    assert re.search(r"4 failed, 14 passed, 2 xfailed", last), run.stdout[-3000:]
+    assert f"XPASS(strict)" in run.stdout or "[XPASS(strict)]" in run.stdout
+
+
+def test_doit_report_alone_and_json_output(scenario):
+    alone = doit("report", env=scenario["env"])
+    assert alone.returncode == 0 and re.search(r"^total\s+7\s+0\s+1\s+1\s+1\s+10$", alone.stdout, re.M)
+    as_json = doit("-r", "json", "verify:conv_tflite_w8i8*", env=scenario["env"])
+    assert json.loads(as_json.stdout)["tasks"]  # still machine-readable; the table went to stderr
+    assert "total" in as_json.stderr
+
+
+def test_progress_lines_when_not_a_terminal(scenario):
+    err = scenario["run"].stderr
+    lines = [l for l in err.splitlines() if l.startswith("progress: [")]
+    assert lines and lines[-1].startswith("progress: [10/10 cases] 2 failed")
+
+
+def test_accept_failures_makes_todays_failures_expected(scenario):
+    run = doit("accept_failures", env=scenario["env"])
+    assert run.returncode == 0, run.stderr
+    entries = json.loads(scenario["expected"].read_text())["expected_failures"]
+    assert entries[0] == EXPECTED[0]  # still holds: kept with its reason
+    assert [e["case"] for e in entries] == [EXPECTED[0]["case"], f"conv_onnx_f32_{G1}"]
+    assert entries[1]["stage"] == "compile" and "injected failure" in entries[1]["reason"]
+    again = doit("-n", "2", "sweep", env=scenario["env"])
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert re.search(r"^total\s+8\s+0\s+2\s+0\s+10$", again.stdout, re.M)
+
+
+def test_progress_updates_in_place_on_a_terminal(scenario):
+    import pty
+
+    from helpers import DOIT
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([*DOIT, "sweep"], cwd=ROOT, env=scenario["env"], stdin=subprocess.DEVNULL,
+                            stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            data = os.read(primary, 65536)
+        except OSError:  # the terminal closes when doit exits
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(primary)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "\r\x1b[K[10/10 cases]" in screen
+    assert "progress: " not in screen  # the line-per-interval form is for logs only
