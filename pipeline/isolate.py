@@ -60,16 +60,20 @@ def _discard(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def call(function: str, *args, stage: str, timeout: float, log, warm_up: str | None = None, **kwargs):
-    """Run `module:function`(*args, **kwargs) in this worker's helper process and return its value.
-
-    `warm_up` names a function doing the helper's one-off imports; it runs once per helper,
-    under STARTUP_TIMEOUT, so that `timeout` measures the work itself.
-    Raises StageError on a timeout, a crash of the helper, or an exception in the function.
-    """
-    if warm_up and warm_up not in _warm.get(os.getpid(), ()):
+def warm(warm_up: str, *, stage: str, log) -> None:
+    """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
+    so that a call's own timeout and duration measure the work itself."""
+    _helper()
+    if warm_up not in _warm[os.getpid()]:
         _call(warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
         _warm[os.getpid()].add(warm_up)
+
+
+def call(function: str, *args, stage: str, timeout: float, log, **kwargs):
+    """Run `module:function`(*args, **kwargs) in this worker's helper process and return its value.
+
+    Raises StageError on a timeout, a crash of the helper, or an exception in the function.
+    """
     return _call(function, args, kwargs, stage, timeout, log)
 
 

@@ -20,18 +20,21 @@ from .result import ERROR, FAIL, RESULT_FILE, XFAIL, XPASS, Result, read_result,
 MLIR, VMFB = "model.mlir", "model.vmfb"
 
 
-def _run(task: str, stage: str, case: Case, cfg: Config, work) -> str | None:
+def _run(task: str, stage: str, case: Case, cfg: Config, work, prepare=None) -> str | None:
     """Run one task's work; `stage` names it in results (a task may fail at a later stage:
-    verify fails at run, oracle or verify)."""
+    verify fails at run, oracle or verify). `prepare` (one-off set-up, such as a helper
+    process importing TensorFlow) runs first and is not counted in the stage's duration."""
     from .repro import write_repro
 
     case_dir = cfg.case_dir(case)
     case_dir.mkdir(parents=True, exist_ok=True)
     _ensure_input(case, case_dir)
     repro = write_repro(case, cfg, case_dir)
-    start = time.monotonic()
     log = case_dir / f"{stage}.log"
     try:
+        if prepare:
+            prepare(log)
+        start = time.monotonic()
         outcome = work(case_dir, log)
     except StageError as err:
         return _failed(case, case_dir, err.stage, err.reason, err.log or str(log), repro)
@@ -82,17 +85,19 @@ def _failed(case: Case, case_dir: Path, stage: str, reason: str, log: str | None
 
 
 def model(case: Case, cfg: Config) -> str | None:
-    from .isolate import call
+    from .isolate import call, warm
 
     module = "pipeline.model_tflite" if case.backend == "tflite" else "pipeline.model_onnx"
-    builder = f"{module}:build_{case.backend}"
 
     def work(case_dir: Path, log: Path) -> None:
-        log.unlink(missing_ok=True)
-        call(builder, case, case_dir / case.model_file, stage="model", timeout=cfg.timeout, log=log,
-             warm_up=f"{module}:warm_up")
+        call(f"{module}:build_{case.backend}", case, case_dir / case.model_file, stage="model",
+             timeout=cfg.timeout, log=log)
 
-    return _run("model", "model", case, cfg, work)
+    def prepare(log: Path) -> None:
+        log.unlink(missing_ok=True)
+        warm(f"{module}:warm_up", stage="model", log=log)
+
+    return _run("model", "model", case, cfg, work, prepare)
 
 
 def mlir(case: Case, cfg: Config) -> str | None:
@@ -117,11 +122,15 @@ def vmfb(case: Case, cfg: Config) -> str | None:
 
 
 def verify(case: Case, cfg: Config) -> str | None:
+    from .isolate import warm
     from .verify import verify_case
 
     def work(case_dir: Path, log: Path) -> Result:
-        for stale in ("run.log", "oracle.log"):
-            (case_dir / stale).unlink(missing_ok=True)
         return verify_case(case, case_dir, timeout=cfg.timeout)
 
-    return _run("verify", "verify", case, cfg, work)
+    def prepare(log: Path) -> None:
+        for stale in ("run.log", "oracle.log"):
+            (log.parent / stale).unlink(missing_ok=True)
+        warm("pipeline.oracle:warm_up", stage="oracle", log=log.parent / "oracle.log")
+
+    return _run("verify", "verify", case, cfg, work, prepare)
