@@ -112,14 +112,14 @@ def _report_at_end(selected: list[str], tasks: dict) -> bool:
     return any(":conv_" in name for name in _closure(tasks, selected))
 
 
-def _write_report(out) -> None:
+def _write_report(out, changed: bool) -> None:
     dodo = _dodo()
     if dodo is None:
         return
     from pipeline.report import report_run
 
     try:
-        report_run(dodo.CFG, dodo.CASES, out=out)
+        report_run(dodo.CFG, dodo.CASES, out=out, changed=changed)
     except Exception as err:  # the run's own outcome stands; say why the report is missing
         print(f"conv-sweep: the report could not be written: {type(err).__name__}: {err}", file=sys.stderr)
 
@@ -168,7 +168,7 @@ class SweepReporter(ConsoleReporter):
         self.progress.show(final=True)
         super().complete_run()
         if self.report:
-            _write_report(self.outstream)
+            _write_report(self.outstream, changed=bool(self.progress.worked or self.failures))
 
 
 class SweepJsonReporter(JsonReporter):
@@ -177,6 +177,11 @@ class SweepJsonReporter(JsonReporter):
     def __init__(self, outstream, options=None):
         super().__init__(outstream, options)
         self.report = False
+        self.executed = False
+
+    def execute_task(self, task):
+        super().execute_task(task)
+        self.executed = self.executed or ":conv_" in task.name
 
     def initialize(self, tasks, selected_tasks):  # doit's JsonReporter has no initialize of its own
         self.report = _report_at_end(selected_tasks, tasks)
@@ -186,4 +191,4 @@ class SweepJsonReporter(JsonReporter):
     def complete_run(self):
         super().complete_run()  # restores the real stdout and prints the JSON document
         if self.report:
-            _write_report(sys.stderr)  # stdout holds nothing but the JSON document
+            _write_report(sys.stderr, changed=self.executed or bool(self.errors))  # stdout: only JSON

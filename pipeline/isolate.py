@@ -23,8 +23,8 @@ from .errors import StageError
 from .tools import describe_exit
 
 _HEADER = struct.Struct("<Q")
-_helpers: dict[int, subprocess.Popen] = {}  # worker pid -> its helper
-_warm: dict[int, set[str]] = {}  # worker pid -> warm-up functions its helper has run
+_helpers: dict[tuple[int, str], subprocess.Popen] = {}  # (worker pid, helper name) -> helper process
+_warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
 STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
 
 
@@ -43,56 +43,59 @@ def _receive(stream):
     return pickle.loads(data) if len(data) == size else None
 
 
-def _helper() -> subprocess.Popen:
-    proc = _helpers.get(os.getpid())
+def _helper(name: str) -> subprocess.Popen:
+    """This worker's helper of that name (one per kind of work: native libraries that each
+    bundle their own LLVM/MLIR, such as TensorFlow's and IREE's, stay in separate processes)."""
+    key = (os.getpid(), name)
+    proc = _helpers.get(key)
     if proc is None or proc.poll() is not None:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.isolate"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        _helpers[os.getpid()] = proc
-        _warm[os.getpid()] = set()
+        _helpers[key] = proc
+        _warm[key] = set()
     return proc
 
 
-def _discard(proc: subprocess.Popen) -> None:
-    _helpers.pop(os.getpid(), None)
+def _discard(name: str, proc: subprocess.Popen) -> None:
+    _helpers.pop((os.getpid(), name), None)
     proc.kill()
     proc.wait()
 
 
-def warm(warm_up: str, *, stage: str, log) -> None:
+def warm(warm_up: str, *, helper: str, stage: str, log) -> None:
     """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
     so that a call's own timeout and duration measure the work itself."""
-    _helper()
-    if warm_up not in _warm[os.getpid()]:
-        _call(warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
-        _warm[os.getpid()].add(warm_up)
+    _helper(helper)
+    if warm_up not in _warm[(os.getpid(), helper)]:
+        _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+        _warm[(os.getpid(), helper)].add(warm_up)
 
 
-def call(function: str, *args, stage: str, timeout: float, log, **kwargs):
-    """Run `module:function`(*args, **kwargs) in this worker's helper process and return its value.
+def call(function: str, *args, helper: str, stage: str, timeout: float, log, **kwargs):
+    """Run `module:function`(*args, **kwargs) in this worker's helper `helper` and return its value.
 
     Raises StageError on a timeout, a crash of the helper, or an exception in the function.
     """
-    return _call(function, args, kwargs, stage, timeout, log)
+    return _call(helper, function, args, kwargs, stage, timeout, log)
 
 
-def _call(function: str, args, kwargs, stage: str, timeout: float, log):
+def _call(helper: str, function: str, args, kwargs, stage: str, timeout: float, log):
     what = function.rsplit(":", 1)[-1]
-    proc = _helper()
+    proc = _helper(helper)
     try:
         _send(proc.stdin, (function, args, kwargs, str(log)))
     except BrokenPipeError:
-        _discard(proc)
+        _discard(helper, proc)
         raise StageError(stage, f"{what}: helper process died before the call", None, str(log)) from None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     if not ready:
-        _discard(proc)
+        _discard(helper, proc)
         raise StageError(stage, f"{what} timed out after {timeout:g} s", None, str(log))
     reply = _receive(proc.stdout)
     if reply is None:
         returncode = proc.wait()
-        _helpers.pop(os.getpid(), None)
+        _helpers.pop((os.getpid(), helper), None)
         raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
                          None, str(log))
     ok, value = reply

@@ -90,24 +90,28 @@ def model(case: Case, cfg: Config) -> str | None:
     module = "pipeline.model_tflite" if case.backend == "tflite" else "pipeline.model_onnx"
 
     def work(case_dir: Path, log: Path) -> None:
-        call(f"{module}:build_{case.backend}", case, case_dir / case.model_file, stage="model",
+        call(f"{module}:build_{case.backend}", case, case_dir / case.model_file, helper="model", stage="model",
              timeout=cfg.timeout, log=log)
 
     def prepare(log: Path) -> None:
         log.unlink(missing_ok=True)
-        warm(f"{module}:warm_up", stage="model", log=log)
+        warm(f"{module}:warm_up", helper="model", stage="model", log=log)
 
     return _run("model", "model", case, cfg, work, prepare)
 
 
 def mlir(case: Case, cfg: Config) -> str | None:
-    from .importer import import_model
+    from .isolate import call, warm
 
     def work(case_dir: Path, log: Path) -> None:
-        log.unlink(missing_ok=True)
-        import_model(case, case_dir / case.model_file, case_dir / MLIR, timeout=cfg.timeout, log=log)
+        call("pipeline.importer:import_model", case, case_dir / case.model_file, case_dir / MLIR, log, cfg.timeout,
+             helper="import", stage="import", timeout=cfg.timeout, log=log)
 
-    return _run("mlir", "import", case, cfg, work)
+    def prepare(log: Path) -> None:
+        log.unlink(missing_ok=True)
+        warm(f"pipeline.importer:warm_up_{case.backend}", helper="import", stage="import", log=log)
+
+    return _run("mlir", "import", case, cfg, work, prepare)
 
 
 def vmfb(case: Case, cfg: Config) -> str | None:
@@ -131,6 +135,6 @@ def verify(case: Case, cfg: Config) -> str | None:
     def prepare(log: Path) -> None:
         for stale in ("run.log", "oracle.log"):
             (log.parent / stale).unlink(missing_ok=True)
-        warm("pipeline.oracle:warm_up", stage="oracle", log=log.parent / "oracle.log")
+        warm("pipeline.oracle:warm_up", helper="oracle", stage="oracle", log=log.parent / "oracle.log")
 
     return _run("verify", "verify", case, cfg, work, prepare)

@@ -81,8 +81,8 @@ def verify_case(case: Case, case_dir: Path, *, timeout: float) -> Result:
     x = make_input(case)
     save_npy(case_dir / INPUT, x)
     start = time.monotonic()
-    weights, expected, exact = call("pipeline.oracle:evaluate", case, model, x, stage="oracle", timeout=timeout,
-                                    log=case_dir / "oracle.log")
+    weights, expected, exact = call("pipeline.oracle:evaluate", case, model, x, helper="oracle", stage="oracle",
+                                    timeout=timeout, log=case_dir / "oracle.log")
     stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
     save_npy(case_dir / EXPECTED, expected)
     actual, seconds = run_vmfb(case, vmfb, case_dir / INPUT, expected.shape, expected.dtype,
