@@ -53,8 +53,9 @@ def load(path: str | Path) -> tuple[Expectation, ...]:
 
 
 def match(name: str, expectations: tuple[Expectation, ...]) -> Expectation | None:
-    """The first entry whose pattern matches the case name."""
-    return next((e for e in expectations if fnmatch.fnmatchcase(name, e.case)), None)
+    """The entry naming the case exactly, else the first pattern that matches it."""
+    exact = next((e for e in expectations if e.case == name), None)
+    return exact or next((e for e in expectations if fnmatch.fnmatchcase(name, e.case)), None)
 
 
 def dump(expectations: list[Expectation]) -> str:

@@ -1,0 +1,32 @@
+"""The benchmark script runs, at its smallest size, so that it cannot rot (figures are not checked)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT, clean_env, write_spec
+
+pytestmark = pytest.mark.slow
+
+
+def test_benchmark_runs_and_reports_every_figure(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", [
+        {"category": "tiny", "rank": 1, "spatial": [16], "kernel": [3], "stride": [1], "c_in": 2, "c_out": 2}])
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "pipeline.benchmark", "--n", "0", "--spec", str(spec),
+                          "--out", str(out), "--work", str(tmp_path / "work")],
+                         cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["cases"] == 5
+    runs = figures["runs"]
+    assert runs["cold doit -n 2 sweep"]["executed_tasks"] == 20 and runs["cold doit -n 2 sweep"]["returncode"] == 0
+    assert runs["no-op rerun"]["executed_tasks"] == 0
+    assert runs["rerun after CONV_SWEEP_COMPILE_FLAGS change"]["executed_tasks"] >= 5
+    assert runs["naive serial loop"]["returncode"] == 0
+    assert all(r["peak_rss_mb"] > 0 for r in runs.values())
+    assert figures["intrinsic_floor_seconds"] > 0
+    assert set(figures["ratios"]) == {"cold / intrinsic floor", "cold / naive", "naive / cold (speed-up)",
+                                      "no-op / cold"}
+    assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout
