@@ -19,7 +19,7 @@ from pipeline.fingerprint import executable_identity, stage_fingerprint
 
 _PROJECT = Path(__file__).resolve().parent
 if not (Path(get_initial_workdir()) / "pyproject.toml").resolve() == _PROJECT / "pyproject.toml":
-    # doit reads its plugins (our "durable" backend) from pyproject.toml in the working directory
+    # doit reads its plugins (the durable backend, the reporters) from pyproject.toml in the working directory
     raise SystemExit(f"conv-sweep: run doit from the project folder {_PROJECT} (cd there first)")
 
 try:
@@ -70,13 +70,14 @@ def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None, clean_case_dir
     cases_root = str(CFG.build_dir / "cases")
     for case in CASES:
         folder = os.path.join(cases_root, case.name)  # plain strings: 5,000 tasks load in a blink
-        output = os.path.join(folder, target(case))
-        key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
         # The task an expected failure should fail at ends the case's chain and declares no
         # target: an xfail writes none, and is up to date while its inputs are unchanged.
-        ends_here = case.expect_stage is not None and TASK_OF_STAGE[case.expect_stage] == stage
-        if case.expect_stage is not None and _TASKS.index(stage) > _TASKS.index(TASK_OF_STAGE[case.expect_stage]):
+        last = TASK_OF_STAGE[case.expect_stage] if case.expect_stage else "verify"
+        if _TASKS.index(stage) > _TASKS.index(last):
             continue
+        ends_here = case.expect_stage is not None and last == stage
+        output = os.path.join(folder, target(case))
+        key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
         if ends_here:
             key["expected_failure"] = [case.expect_stage, case.expect_reason]
         yield {
@@ -110,15 +111,13 @@ def task_vmfb():
 
 def task_verify():
     """Run the .vmfb and compare with the oracle; writes result.json."""
-    yield from _subtasks("verify", "run, compare and write result.json", stages.verify, lambda c: [c.model_file, stages.VMFB],
-                         lambda c: "result.json", lambda c: {"compile_only": c.compile_only},
-                         clean_case_dir=True)
+    yield from _subtasks("verify", "run, compare and write result.json", stages.verify,
+                         lambda c: [c.model_file, stages.VMFB], lambda c: "result.json",
+                         lambda c: {"compile_only": c.compile_only}, clean_case_dir=True)
 
 
 def _report():
     """Write the report now, unless this run writes it when it ends (it ran case tasks)."""
-    import os
-
     from pipeline.report import REPORT_AT_END, report_run
 
     if os.environ.get(REPORT_AT_END):
@@ -154,5 +153,6 @@ def task_sweep():
     return {
         "actions": None,
         "task_dep": ["verify", *ends],  # the report is written when the run ends (pipeline/doit_reporter.py)
-        "clean": [(shutil.rmtree, [str(CFG.build_dir / "cases")], {"ignore_errors": True})],
+        "clean": [(shutil.rmtree, [str(CFG.build_dir / folder)], {"ignore_errors": True})
+                  for folder in ("cases", "report")],
     }

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from .cases import Case
-from .compiler import TARGET_FLAGS
+from .compiler import SCHEDULING_FLAGS, TARGET_FLAGS
 from .config import Config, tool_path
 from .runner import DEVICE
 from .tools import write_bytes, write_text
@@ -52,7 +52,8 @@ def write_repro(case: Case, cfg: Config, case_dir: Path) -> Path:
     else:
         tools["IREE_IMPORT_ONNX"] = tool_path("iree-import-onnx") or "iree-import-onnx"
         importing = [f'"$IREE_IMPORT_ONNX" {case.model_file} -o repro.mlir']
-    compile_line = '"$IREE_COMPILE" repro.mlir -o repro.vmfb ' + shlex.join([*TARGET_FLAGS, *cfg.compile_flags])
+    compile_line = '"$IREE_COMPILE" repro.mlir -o repro.vmfb ' + shlex.join(
+        [*TARGET_FLAGS, *SCHEDULING_FLAGS, *cfg.compile_flags])
     run = ['"$IREE_RUN_MODULE"', "--module=repro.vmfb", f"--device={DEVICE}", f"--function={case.entry_point}",
            "--input=@input.npy"]
     check = _check_flags(case_dir)

@@ -44,7 +44,8 @@ def _run(task: str, stage: str, case: Case, cfg: Config, work, prepare=None) -> 
         reason = f"{type(err).__name__}: {err}".splitlines()[0][:300]
         return _failed(case, case_dir, stage, reason, str(log), repro)
     record_stage(case_dir, stage, seconds=round(time.monotonic() - start, 4))
-    write_repro(case, cfg, case_dir)  # now with the check, if this stage wrote one
+    if task == "verify":
+        write_repro(case, cfg, case_dir)  # now with the check verify wrote
     if isinstance(outcome, Result) and outcome.status == FAIL:
         return _failed(case, case_dir, "verify", outcome.reason, None, repro, outcome)
     if case.expect_stage and TASK_OF_STAGE[case.expect_stage] == task:

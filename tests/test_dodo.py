@@ -68,9 +68,10 @@ def test_clean_with_a_pattern_removes_only_those_cases(swept):
 
 def test_clean_removes_every_artifact(swept):
     env, build, _ = swept
+    assert (build / "report" / "report.html").exists()
     run = doit("clean", env=env)
     assert run.returncode == 0, run.stderr
-    assert not (build / "cases").exists() or not any((build / "cases").iterdir())
+    assert not (build / "cases").exists() and not (build / "report").exists()
 
 
 def test_wildcard_builds_only_matching_cases(tmp_path):
