@@ -43,10 +43,15 @@ def f32_accumulation(k: int, t: float, b: float, implementations: int = 2) -> fl
     return float(LAMBDA * np.sqrt(implementations) * sigma)
 
 
+def f32_terms(k: int, t: float, b: float, implementations: int = 2) -> tuple[float, float]:
+    """The f32 tolerance as atol + rtol |e| (the form iree-run-module's checks take)."""
+    return f32_accumulation(k, t, b, implementations), implementations * U_F32
+
+
 def f32_tolerance(expected: np.ndarray, k: int, t: float, b: float, implementations: int = 2) -> np.ndarray:
     """Per-element tolerance of an f32 conv against another f32 (or exact, n = 1) computation."""
-    e = np.abs(np.asarray(expected, dtype=np.float64))
-    return f32_accumulation(k, t, b, implementations) + implementations * U_F32 * e
+    atol, rtol = f32_terms(k, t, b, implementations)
+    return atol + rtol * np.abs(np.asarray(expected, dtype=np.float64))
 
 
 def bf16_ulp(values: np.ndarray) -> np.ndarray:
@@ -59,6 +64,11 @@ def bf16_ulp(values: np.ndarray) -> np.ndarray:
 
 def bf16_tolerance(expected: np.ndarray, k: int, t: float, b: float) -> np.ndarray:
     return bf16_ulp(expected) + f32_accumulation(k, t, b, implementations=1)
+
+
+def bf16_terms(k: int, t: float, b: float) -> tuple[float, float]:
+    """bf16_tolerance as atol + rtol |e|: ulp_bf16(|e|) <= 2**-7 |e|, so at most twice as loose."""
+    return f32_accumulation(k, t, b, implementations=1), 2.0 ** -BF16_MANTISSA_BITS
 
 
 def hybrid_tolerance(expected: np.ndarray, kernel: np.ndarray, max_x: float, k: int, t: float, b: float,

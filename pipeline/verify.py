@@ -39,12 +39,11 @@ def _write_repro_check(case: Case, case_dir: Path, weights: oracle.ModelWeights,
     k, t, b, _ = _terms(case, weights, x)
     if case.flavor == "w8i8":
         write_check(case_dir, expected, "exact")
-    elif case.flavor == "bf16":  # rtol 2**-7 bounds one bf16 step from above (at most 2x looser)
-        write_check(case_dir, expected, "approximate", tolerance.f32_accumulation(k, t, b, 1),
-                    2.0 ** -tolerance.BF16_MANTISSA_BITS)
+    elif case.flavor == "bf16":
+        write_check(case_dir, expected, "approximate", *tolerance.bf16_terms(k, t, b))
     else:
         write_check(case_dir, exact if case.flavor == "w8if32" else expected, "approximate",
-                    tolerance.f32_accumulation(k, t, b, 2), 2 * tolerance.U_F32)
+                    *tolerance.f32_terms(k, t, b, implementations=2))
 
 
 def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expected: np.ndarray,

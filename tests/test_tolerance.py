@@ -40,3 +40,13 @@ def test_hybrid_bound_is_half_an_activation_step_per_weight():
     tol = tolerance.hybrid_tolerance(np.zeros((1, 5, 2)), kernel, 1.27, 12, 0.01, 0.0, channel_axis=-1)
     step = 1.27 / 127
     assert np.allclose(tol[0, 0], [step / 2 * 0.12, step / 2 * 0.24], rtol=1e-3)
+
+
+def test_atol_rtol_forms_match_the_per_element_tolerances():
+    e = np.array([-3.0, -0.4, 0.0, 0.02, 1.7])
+    atol, rtol = tolerance.f32_terms(300, 0.05, 0.5, implementations=2)
+    assert np.allclose(atol + rtol * np.abs(e), tolerance.f32_tolerance(e, 300, 0.05, 0.5))
+    atol, rtol = tolerance.bf16_terms(300, 0.05, 0.5)
+    exact = tolerance.bf16_tolerance(e, 300, 0.05, 0.5)
+    assert np.all(atol + rtol * np.abs(e) >= exact - 1e-300)
+    assert np.all(atol + rtol * np.abs(e) <= 2 * exact)
