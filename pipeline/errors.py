@@ -4,7 +4,9 @@ Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -25,3 +27,13 @@ class StageError(Exception):
     @property
     def command(self) -> str | None:
         return shlex.join(self.argv) if self.argv else None
+
+
+def load_json(path, field: str):
+    """A JSON configuration file's content, or a ConfigError naming the knob that points to it."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(field, str(path), f"cannot be read: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(field, str(path), f"is not valid JSON: {err}") from None

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, load_json
 
 STAGES = ("model", "import", "compile", "run", "oracle", "verify")
 TASK_OF_STAGE = {"model": "model", "import": "mlir", "compile": "vmfb", "run": "verify", "oracle": "verify",
@@ -30,12 +30,7 @@ class Expectation:
 
 def load(path: str | Path) -> tuple[Expectation, ...]:
     where = f"CONV_SWEEP_EXPECTED_FAILURES ({path})"
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", str(path), f"cannot be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", str(path), f"is not valid JSON: {err}") from None
+    data = load_json(path, "CONV_SWEEP_EXPECTED_FAILURES")
     entries = data.get("expected_failures") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ConfigError(where, data, 'must be an object {"expected_failures": [...]}')

@@ -8,12 +8,11 @@ Low-level module: imports only geometry and errors.
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, load_json
 from .geometry import PADDINGS, Geometry
 
 
@@ -119,12 +118,7 @@ _CATEGORY_FIELDS = {f.name for f in fields(Category)}
 def load_spec(path: str | Path) -> SweepSpec:
     """Read a JSON sweep spec: {"categories": [...], "geometries": [{"category": ..., ...}]}."""
     where = f"CONV_SWEEP_SPEC ({path})"
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError("CONV_SWEEP_SPEC", str(path), f"cannot be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise ConfigError("CONV_SWEEP_SPEC", str(path), f"is not valid JSON: {err}") from None
+    data = load_json(path, "CONV_SWEEP_SPEC")
     if not isinstance(data, dict) or set(data) - {"categories", "geometries"}:
         raise ConfigError(where, data if not isinstance(data, dict) else sorted(data),
                           'must be an object with keys "categories" and/or "geometries"')
