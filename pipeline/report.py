@@ -9,6 +9,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
 
 from .cases import Case
 from .result import ERROR, FAIL, PASS, XFAIL, XPASS, read_result
@@ -32,11 +33,6 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
         entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "repro")})
         entries.append(entry)
     return entries
-
-
-def failed(entry: dict) -> bool:
-    """Counts against the run: a failure, an error, or an unexpected pass."""
-    return entry["status"] in (FAIL, ERROR, XPASS)
 
 
 # --- failure buckets ---------------------------------------------------------------------------
@@ -144,8 +140,6 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
 # --- files -------------------------------------------------------------------------------------
 
 def junit_xml(entries: list[dict]) -> str:
-    from xml.sax.saxutils import quoteattr
-
     fails = sum(e["status"] in (FAIL, XPASS) for e in entries)
     errors = sum(e["status"] == ERROR for e in entries)
     skipped = sum(e["status"] in (XFAIL, NOT_RUN) for e in entries)
@@ -160,10 +154,10 @@ def junit_xml(entries: list[dict]) -> str:
         detail = f"repro: {e['repro']}" + (f"\nlog: {e['log']}" if e.get("log") else "")
         if e["status"] in (FAIL, XPASS):
             lines.append(f"{head}><failure message={message} type={quoteattr(e['status'])}>"
-                         f"{_escape(detail)}</failure></testcase>")
+                         f"{escape(detail)}</failure></testcase>")
         elif e["status"] == ERROR:
             lines.append(f"{head}><error message={message} type={quoteattr('error:' + str(e['stage']))}>"
-                         f"{_escape(detail)}</error></testcase>")
+                         f"{escape(detail)}</error></testcase>")
         elif e["status"] in (XFAIL, NOT_RUN):
             reason = f"expected failure at {e['stage']}: {e['reason']}" if e["status"] == XFAIL else NOT_RUN
             lines.append(f"{head}><skipped message={quoteattr(reason[:2000])}/></testcase>")
@@ -171,12 +165,6 @@ def junit_xml(entries: list[dict]) -> str:
             lines.append(f"{head}/>")
     lines.append("</testsuite></testsuites>")
     return "\n".join(lines) + "\n"
-
-
-def _escape(text: str) -> str:
-    from xml.sax.saxutils import escape
-
-    return escape(text)
 
 
 def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
