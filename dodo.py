@@ -4,6 +4,7 @@ Configuration comes from the environment (see README.md); it is resolved once, h
 TensorFlow and torch are imported only inside the task actions.
 """
 import os
+import sys
 from pathlib import Path
 
 from doit import get_initial_workdir
@@ -16,6 +17,7 @@ from pipeline.errors import ConfigError
 from pipeline.expected import TASK_OF_STAGE
 from pipeline.integrity import file_record, unchanged
 from pipeline.fingerprint import executable_identity, stage_fingerprint
+from pipeline.targets import toolchain_identity
 
 _PROJECT = Path(__file__).resolve().parent
 if not (Path(get_initial_workdir()) / "pyproject.toml").resolve() == _PROJECT / "pyproject.toml":
@@ -26,7 +28,9 @@ try:
     CFG = Config.from_env(default_build_dir=Path(__file__).parent / "build", base_dir=get_initial_workdir())
     CASES = CFG.cases()
 except ConfigError as err:
-    raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
+    if sys.argv[1:] != ["toolchain"]:  # installing the toolchain needs no valid selection
+        raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
+    CFG, CASES = Config(build_dir=Path(__file__).parent / "build"), []
 
 DOIT_CONFIG = {
     "default_tasks": ["sweep"],
@@ -38,82 +42,147 @@ DOIT_CONFIG = {
 }
 
 
-def _action(stage_fn, case, target):
-    """Run one stage of one case; a failure message becomes a doit task failure.
-
-    On success the output's size, mtime and digest are saved with the task (doit values).
-    """
-    import sys
-
-    message = stage_fn(case, CFG)
+def _action(stage_fn, cases, targets):
+    """Run one stage (of one case, or of one model shared by its cases on every target); a
+    failure message becomes a doit task failure. On success the outputs' size, mtime and
+    digest are saved with the task (doit values)."""
+    message = stage_fn(cases, CFG)
     if message:
         print(message, file=sys.stderr)
         return TaskFailed(message)
-    return {"output": file_record(target)}
+    return {"output": [file_record(t) for t in targets]}
 
 
-def _output_intact(task, values, target):
-    """Up to date only while the output is the file this task wrote."""
-    return unchanged(values.get("output"), target)
+def _output_intact(task, values, targets):
+    """Up to date only while the outputs are the files this task wrote."""
+    recorded = values.get("output")
+    return isinstance(recorded, list) and len(recorded) == len(targets) and \
+        all(unchanged(r, t) for r, t in zip(recorded, targets))
 
 
 def _clean_case_dir(case):
+    """Remove the case's folder on its target, and the model's folder once no target uses it."""
     import shutil
 
     shutil.rmtree(CFG.case_dir(case), ignore_errors=True)
+    model_dir = CFG.model_dir(case)
+    if model_dir.is_dir() and not any(p.is_dir() for p in model_dir.iterdir()):
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 _TASKS = ["model", "mlir", "vmfb", "verify"]
 
 
-def _subtasks(stage, doc, stage_fn, file_dep, target, extra=None, clean_case_dir=False):
-    cases_root = str(CFG.build_dir / "cases")
-    for case in CASES:
-        folder = os.path.join(cases_root, case.name)  # plain strings: 5,000 tasks load in a blink
-        # The task an expected failure should fail at ends the case's chain and declares no
-        # target: an xfail writes none, and is up to date while its inputs are unchanged.
-        last = TASK_OF_STAGE[case.expect_stage] if case.expect_stage else "verify"
-        if _TASKS.index(stage) > _TASKS.index(last):
+def _last_task(case):
+    """The task an expected failure should fail at ends the case's chain."""
+    return TASK_OF_STAGE[case.expect_stage] if case.expect_stage else "verify"
+
+
+def _groups(stage):
+    """(task name, cases, model folder, output folder) per subtask: model and mlir are shared by a model's cases
+    on every target, vmfb and verify are one case on its target."""
+    cases_root = str(CFG.build_dir / "cases")  # plain strings: 5,000 tasks load in a blink
+    if stage in ("model", "mlir"):
+        shared = {}
+        for case in CASES:
+            shared.setdefault(case.name, []).append(case)
+        for name, cases in shared.items():
+            yield name, cases, os.path.join(cases_root, name), os.path.join(cases_root, name)
+    else:
+        for case in CASES:
+            model_folder = os.path.join(cases_root, case.name)
+            yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
+
+
+def _subtasks(stage, doc, stage_fn, file_dep, targets, extra=None, clean_case_dir=False):
+    """file_dep(case) names (model folder, file) pairs as (True, name), output-folder files as (False, name)."""
+    for name, cases, model_folder, folder in _groups(stage):
+        first = cases[0]
+        # A task no case's chain reaches is not made; one at which every case's chain ends (an
+        # expected failure there) declares no target: an xfail writes none, and is up to date
+        # while its inputs are unchanged.
+        if all(_TASKS.index(stage) > _TASKS.index(_last_task(c)) for c in cases):
             continue
-        ends_here = case.expect_stage is not None and last == stage
-        output = os.path.join(folder, target(case))
-        key = {"case": case.name, "stage": stage, **stage_fingerprint(stage), **(extra(case) if extra else {})}
-        if ends_here:
-            key["expected_failure"] = [case.expect_stage, case.expect_reason]
+        ends_here = all(c.expect_stage is not None and _last_task(c) == stage for c in cases)
+        outputs = [os.path.join(folder, t) for t in targets(first)]
+        key = {"case": name, "stage": stage, **stage_fingerprint(stage), **(extra(first) if extra else {})}
+        expected = [[c.target, c.expect_stage, c.expect_reason] for c in cases if c.expect_stage]
+        if expected and any(_last_task(c) == stage for c in cases):
+            key["expected_failure"] = expected
         yield {
-            "name": case.name,
+            "name": name,
             "doc": doc,
-            "actions": [(_action, [stage_fn, case, output])],
-            "file_dep": [os.path.join(folder, name) for name in file_dep(case)],
-            "targets": [] if ends_here else [output],
-            "uptodate": [config_changed(key), (_output_intact, [output])],
-            "clean": [(_clean_case_dir, [case])] if clean_case_dir else True,
+            "actions": [(_action, [stage_fn, cases if stage in ("model", "mlir") else first, outputs])],
+            "file_dep": [os.path.join(model_folder if shared else folder, dep) for shared, dep in file_dep(first)],
+            "targets": [] if ends_here else outputs,
+            "uptodate": [config_changed(key), (_output_intact, [outputs])],
+            "clean": [(_clean_case_dir, [c]) for c in cases] if clean_case_dir else True,
         }
 
 
 def task_model():
-    """Build the case's model file (.tflite from tf.keras, .onnx from torch)."""
-    yield from _subtasks("model", "build the model file", stages.model, lambda c: [], lambda c: c.model_file,
+    """Build the case's model file (.tflite from tf.keras, .onnx from torch), shared by every target."""
+    yield from _subtasks("model", "build the model file", stages.model, lambda c: [], lambda c: [c.model_file],
                          lambda c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor})
 
 
 def task_mlir():
-    """Import the model file to text MLIR (tosa-converter-for-tflite / iree-import-onnx)."""
-    yield from _subtasks("mlir", "import model.mlir", stages.mlir, lambda c: [c.model_file], lambda c: stages.MLIR)
+    """Import the model file to MLIR (tosa-converter-for-tflite / iree-import-onnx), shared by every target."""
+    yield from _subtasks("mlir", "import model.mlir (and model.mlirbc for TFLite)", stages.mlir,
+                         lambda c: [(True, c.model_file)], _mlir_outputs)
+
+
+def _mlir_outputs(case):
+    from pipeline.importer import bytecode_path
+
+    return [stages.MLIR, bytecode_path(Path(stages.MLIR)).name] if case.backend == "tflite" else [stages.MLIR]
+
+
+def _target_keys():
+    """Per target: what identifies its compile and its run (executables and their --version,
+    flags, toolchain), so that changing a profile re-runs exactly that target's tasks."""
+    keys = {}
+    for target in CFG.targets:
+        p = target.profile
+        identity = {"target": p.name, "toolchain": toolchain_identity(p)}
+        keys[p.name] = (
+            {**identity, "compiler": executable_identity(target.compiler, CFG.build_dir), "mlir": p.mlir,
+             "profiling": list(p.profiling)},
+            {**identity, "runner": executable_identity(target.runner, CFG.build_dir), "run_flags": list(p.run_flags),
+             "dump_tool": executable_identity(target.dump_tool, CFG.build_dir), "io": p.io,
+             "functions": dict(p.functions), "int8_rounding": p.int8_rounding})
+    return keys
+
+
+_KEYS = _target_keys()
 
 
 def task_vmfb():
-    """Compile the MLIR with iree-compile for llvm-cpu on the host CPU."""
-    compiler = {"compiler": executable_identity(CFG.iree_compile, CFG.build_dir), "flags": list(CFG.compile_flags)}
-    yield from _subtasks("vmfb", "compile model.vmfb", stages.vmfb, lambda c: [stages.MLIR], lambda c: stages.VMFB,
-                         lambda c: compiler)
+    """Compile the MLIR for the case's target (iree-compile, torq-compile, ...)."""
+    yield from _subtasks("vmfb", "compile model.vmfb", stages.vmfb, lambda c: [(True, stages.mlir_input(c, CFG))],
+                         lambda c: [stages.VMFB],
+                         lambda c: {**_KEYS[c.target][0], "flags": list(CFG.target(c.target).compile_flags(c.variant))})
 
 
 def task_verify():
-    """Run the .vmfb and compare with the oracle; writes result.json."""
+    """Run the .vmfb on the target and compare with the oracle; writes result.json."""
     yield from _subtasks("verify", "run, compare and write result.json", stages.verify,
-                         lambda c: [c.model_file, stages.VMFB], lambda c: "result.json",
-                         lambda c: {"compile_only": c.compile_only}, clean_case_dir=True)
+                         lambda c: [(True, c.model_file), (False, stages.VMFB)], lambda c: ["result.json"],
+                         lambda c: {**_KEYS[c.target][1], "compile_only": c.compile_only}, clean_case_dir=True)
+
+
+def task_toolchain():
+    """Install the Torq toolchain (torq-compile, torq-run-module) outside the sources."""
+    def install():
+        from pipeline.toolchain import ToolchainError, install as install_toolchain
+
+        try:
+            install_toolchain()
+        except ToolchainError as err:
+            return TaskFailed(f"conv-sweep: the Torq toolchain was not installed: {err}")
+        return None
+
+    return {"actions": [(install,)], "verbosity": 2, "uptodate": [False]}
 
 
 def _report():
@@ -148,8 +217,8 @@ def task_sweep():
     import shutil
 
     # a case listed as an expected failure ends at the task that should fail, before verify
-    ends = [f"{TASK_OF_STAGE[c.expect_stage]}:{c.name}" for c in CASES
-            if c.expect_stage and TASK_OF_STAGE[c.expect_stage] != "verify"]
+    ends = sorted({f"{_last_task(c)}:{c.key if _last_task(c) == 'vmfb' else c.name}" for c in CASES
+                   if _last_task(c) != "verify"})
     return {
         "actions": None,
         "task_dep": ["verify", *ends],  # the report is written when the run ends (pipeline/doit_reporter.py)

@@ -31,6 +31,7 @@ class Case:
     compile_only: bool = False  # verify checks that it compiles and runs, not the numbers
     expect_stage: str | None = None  # listed as an expected failure at this stage
     expect_reason: str = ""  # the listed reason
+    target: str = "llvm-cpu"  # the target profile it is compiled for and run on
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
@@ -43,13 +44,14 @@ class Case:
     def name(self) -> str:
         return f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
 
+    @cached_property
+    def key(self) -> str:
+        """The case on its target: the name of its vmfb:/verify: tasks and its pytest id."""
+        return f"{self.name}@{self.target}"
+
     @property
     def model_file(self) -> str:
         return MODEL_FILE[self.backend]
-
-    @property
-    def entry_point(self) -> str:
-        return "main" if self.backend == "tflite" else "main_graph"
 
     @property
     def seed(self) -> int:
@@ -86,15 +88,19 @@ def parse_variants(text: str, field: str) -> frozenset[str]:
 
 
 def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset(),
-               expectations: tuple = ()) -> list[Case]:
-    """Every (category, geometry) in every backend and flavor, with its expected failure if listed."""
+               expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS) -> list[Case]:
+    """Every (category, geometry) in every backend and flavor the target supports, with its
+    expected failure if listed."""
     from .expected import match
 
     cases = []
     for category, geometry in sampled:
         for backend, flavors in FLAVORS.items():
             for flavor in flavors:
-                case = Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only)
+                if f"{backend}_{flavor}" not in variants:
+                    continue
+                case = Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only,
+                            target=target)
                 expected = match(case.name, expectations) if expectations else None
                 if expected:
                     case = replace(case, expect_stage=expected.stage, expect_reason=expected.reason)

@@ -1,50 +1,58 @@
-"""Stage 3: MLIR -> .vmfb with iree-compile for llvm-cpu on the host CPU."""
+"""Stage 3: MLIR -> .vmfb with the target's compiler (iree-compile, torq-compile, ...) and flags.
+
+Each target's flags are in its profile (pipeline/targets.json). Stock IREE targets compile with
+--mlir-disable-threading: the sweep runs one compile per core, and MLIR's multithreading then
+only adds contention (about 25% more CPU per compile here); MLIR output does not depend on it.
+"""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 from .errors import StageError
 from .tools import atomic_output, run_tool
 
 STAGE = "compile"
-TARGET_FLAGS = (
-    "--iree-hal-target-device=local",
-    "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-llvmcpu-target-cpu=host",
-)
-# One thread per compile: the sweep runs one compile per core, and MLIR's multithreading then
-# only adds contention (about 25% more CPU per compile here). MLIR output does not depend on it.
-SCHEDULING_FLAGS = ("--mlir-disable-threading",)
+PROFILE = "profile.csv"  # the compiler's estimated execution timeline, where the profile asks for one
 VMFB_IDENTIFIER = b"IREE"  # flatbuffer file identifier of the module.fb inside every .vmfb
 
 
-def compile_command(compiler: str, mlir: Path, vmfb: Path, extra_flags: tuple[str, ...] = ()) -> list[str]:
-    return [compiler, str(mlir), "-o", str(vmfb), *TARGET_FLAGS, *SCHEDULING_FLAGS, *extra_flags]
+def compile_command(compiler: str, mlir: Path, vmfb: Path, flags: tuple[str, ...] = ()) -> list[str]:
+    return [compiler, str(mlir), "-o", str(vmfb), *flags]
 
 
-def check_vmfb(path: Path) -> None:
+def check_vmfb(path: Path, compiler: str = "the compiler") -> None:
     """Raise StageError unless `path` is a complete IREE module (a zip holding module.fb)."""
     import zipfile
 
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
-        raise StageError(STAGE, "iree-compile wrote an empty or missing .vmfb")
+        raise StageError(STAGE, f"{compiler} wrote an empty or missing .vmfb")
     try:
         with zipfile.ZipFile(path) as archive, archive.open("module.fb") as module:
             head = module.read(16)
     except (zipfile.BadZipFile, KeyError, OSError) as err:
-        raise StageError(STAGE, f"iree-compile wrote an invalid .vmfb ({err})") from None
+        raise StageError(STAGE, f"{compiler} wrote an invalid .vmfb ({err})") from None
     if VMFB_IDENTIFIER not in head:
-        raise StageError(STAGE, "iree-compile wrote an invalid .vmfb (no IREE module identifier)")
+        raise StageError(STAGE, f"{compiler} wrote an invalid .vmfb (no IREE module identifier)")
 
 
 def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...], timeout: float,
-                 log: Path) -> float:
-    """Write `vmfb` from `mlir`; return the compiler's wall time in seconds."""
-    with atomic_output(Path(vmfb)) as tmp:
-        elapsed = run_tool(compile_command(compiler, mlir, tmp, flags), stage=STAGE, timeout=timeout, log=log)
+                 log: Path, profiling: tuple[str, ...] = ()) -> float:
+    """Write `vmfb` from `mlir`; return the compiler's wall time in seconds.
+
+    With `profiling` flags (naming the timeline file as {csv}), the same compile also writes
+    the compiler's estimated timeline to PROFILE beside the module (torq-compile's profiling
+    flags leave the module's bytes unchanged; tests/test_targets.py checks it)."""
+    name = Path(compiler).name
+    vmfb = Path(vmfb)
+    (vmfb.parent / PROFILE).unlink(missing_ok=True)
+    with atomic_output(vmfb) as tmp, (atomic_output(vmfb.parent / PROFILE) if profiling else nullcontext()) as csv:
+        extra = tuple(flag.replace("{csv}", str(csv)) for flag in profiling)
+        elapsed = run_tool(compile_command(compiler, mlir, tmp, flags + extra), stage=STAGE, timeout=timeout,
+                           log=log)
         try:
-            check_vmfb(tmp)
+            check_vmfb(tmp, name)
         except StageError as err:
             raise StageError(STAGE, err.reason, None, str(log)) from None
     return elapsed

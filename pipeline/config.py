@@ -8,7 +8,11 @@ Knobs (all optional):
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600)
   CONV_SWEEP_SPEC           JSON file replacing the built-in categories
   CONV_SWEEP_COMPILE_ONLY   flavors checked for compilation only, e.g. "onnx_bf16,tflite_w8i8"
-  CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file (default pipeline/expected_failures.json)
+  CONV_SWEEP_TARGET         target profile, or a comma-separated list (default llvm-cpu)
+  CONV_SWEEP_TARGETS_FILE   JSON file adding or overriding target profiles
+  CONV_SWEEP_TOOLCHAIN_DIR  where `doit toolchain` installs the Torq toolchain
+  CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
+                            target's name (default pipeline/expected_failures/<target>.json)
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from . import expected
 from .cases import Case, make_cases, parse_variants
 from .errors import ConfigError
 from .sweep import DEFAULT_N, SweepSpec, load_spec
+from .targets import Profile, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -51,17 +56,35 @@ def tool_path(name: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A selected profile with its tools resolved and its expected failures loaded."""
+
+    profile: Profile
+    compiler: str  # absolute path of the compiler (CONV_SWEEP_IREE_COMPILE overrides the profile's)
+    runner: str  # absolute path of the run tool
+    dump_tool: str  # absolute path of the module dumper (reads the module's signature)
+    extra_flags: tuple[str, ...] = ()  # CONV_SWEEP_COMPILE_FLAGS, after the profile's flags
+    expectations: tuple = ()  # expected.Expectation entries of this target
+    expected_path: Path = expected.DEFAULT_DIR / "llvm-cpu.json"  # where they came from
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    def compile_flags(self, variant: str) -> tuple[str, ...]:
+        return self.profile.flags_for(variant) + self.extra_flags
+
+
+@dataclass(frozen=True)
 class Config:
     n: int = DEFAULT_N  # geometries per category
     build_dir: Path = Path("build")  # artifact root; one folder per case under cases/
-    compile_flags: tuple[str, ...] = ()  # extra iree-compile flags
-    iree_compile: str = "iree-compile"  # compiler executable (absolute path once resolved)
+    compile_flags: tuple[str, ...] = ()  # extra compile flags, after each target's own
     timeout: float = DEFAULT_TIMEOUT  # seconds per tool invocation
     spec: SweepSpec = field(default_factory=SweepSpec)  # categories and listed geometries
     spec_path: str | None = None  # where the spec came from, None for the built-in one
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
-    expectations: tuple = ()  # expected.Expectation entries
-    expected_path: Path = expected.DEFAULT_FILE  # where they came from
+    targets: tuple[Target, ...] = ()  # the selected targets, in CONV_SWEEP_TARGET's order
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -75,25 +98,51 @@ class Config:
             flags = tuple(shlex.split(env.get("CONV_SWEEP_COMPILE_FLAGS", "")))
         except ValueError as err:
             raise ConfigError("CONV_SWEEP_COMPILE_FLAGS", env["CONV_SWEEP_COMPILE_FLAGS"], str(err)) from None
-        compiler = env.get("CONV_SWEEP_IREE_COMPILE") or "iree-compile"
-        resolved = tool_path(compiler) if os.sep not in compiler else str(base / compiler)
-        if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
-            raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
+        compiler = env.get("CONV_SWEEP_IREE_COMPILE") or None
+        if compiler:
+            resolved = tool_path(compiler) if os.sep not in compiler else str(base / compiler)
+            if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+                raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
+            compiler = os.path.abspath(resolved)
+        targets_file = env.get("CONV_SWEEP_TARGETS_FILE") or None
+        profiles = select(env.get("CONV_SWEEP_TARGET", ""),
+                          load_profiles(base / targets_file if targets_file else None))
         spec_path = env.get("CONV_SWEEP_SPEC") or None
         spec = load_spec(base / spec_path) if spec_path else SweepSpec()
         compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
-        expected_path = base / env["CONV_SWEEP_EXPECTED_FAILURES"] if env.get("CONV_SWEEP_EXPECTED_FAILURES") \
-            else expected.DEFAULT_FILE
-        expectations = expected.load(expected_path)
+        pattern = env.get("CONV_SWEEP_EXPECTED_FAILURES") or None
+        if pattern and len(profiles) > 1 and "{target}" not in pattern:
+            raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", pattern,
+                              "must contain {target} when several targets are selected (failures differ by target)")
+        targets = []
+        for profile in profiles:
+            expected_path = base / pattern.replace("{target}", profile.name) if pattern \
+                else expected.DEFAULT_DIR / f"{profile.name}.json"
+            targets.append(Target(
+                profile, compiler or resolve_tool(profile, profile.compiler, base),
+                resolve_tool(profile, profile.runner, base), resolve_tool(profile, profile.dump_tool, base),
+                flags, expected.load(expected_path, missing_ok=not pattern), expected_path))
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, os.path.abspath(resolved), timeout, spec, spec_path, compile_only,
-                   expectations, expected_path)
+        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets))
 
     def cases(self) -> list[Case]:
-        return make_cases(self.spec.sample(self.n), self.compile_only, self.expectations)
+        sampled = self.spec.sample(self.n)
+        cases = []
+        for target in self.targets:
+            cases += make_cases(sampled, self.compile_only | frozenset(target.profile.compile_only),
+                                target.expectations, target.name, target.profile.flavors)
+        return cases
+
+    def target(self, name: str) -> Target:
+        return next(t for t in self.targets if t.name == name)
+
+    def model_dir(self, case: Case) -> Path:
+        """The case's target-independent artifacts: model file, MLIR, input."""
+        return self.build_dir / "cases" / case.name
 
     def case_dir(self, case: Case) -> Path:
-        return self.build_dir / "cases" / case.name
+        """The case's artifacts on its target: module, outputs, result.json, logs, repro.sh."""
+        return self.build_dir / "cases" / case.name / case.target
 
 
 def _check_writable(build_dir: Path) -> None:

@@ -51,27 +51,42 @@ class Progress:
         self.shown = False
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
+        """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
+        a model are shared by its cases on every target."""
+        shared: dict[str, set[str]] = {}
         for name in _closure(tasks, selected):
             if ":conv_" in name:
-                self.pending.setdefault(name.split(":", 1)[1], set()).add(name)
+                subject = name.split(":", 1)[1]
+                if "@" in subject:
+                    self.pending.setdefault(subject, set()).add(name)
+                else:
+                    shared.setdefault(subject, set()).add(name)
+        self.owners: dict[str, list[str]] = {}
+        for key, names in self.pending.items():
+            for name in shared.get(key.split("@", 1)[0], ()):
+                names.add(name)
+                self.owners.setdefault(name, []).append(key)
         self.total = len(self.pending)
+
+    def _keys(self, name: str) -> list[str]:
+        return self.owners.get(name) or ([name.split(":", 1)[1]] if "@" in name else [])
 
     def executing(self, name: str) -> None:
         if ":conv_" in name:
-            self.worked.add(name.split(":", 1)[1])
+            self.worked.update(self._keys(name))
             self.first_work = self.first_work or time.monotonic()
 
     def finished(self, name: str, failed: bool) -> None:
         if ":conv_" not in name:
             return
-        case = name.split(":", 1)[1]
-        if failed:
-            self.failed.add(case)
-        tasks = self.pending.get(case)
-        if tasks is not None and name in tasks:
-            tasks.discard(name)
-            if not tasks:
-                self.done += 1
+        for case in self._keys(name):
+            if failed:
+                self.failed.add(case)
+            tasks = self.pending.get(case)
+            if tasks is not None and name in tasks:
+                tasks.discard(name)
+                if not tasks:
+                    self.done += 1
         self.show()
 
     def line(self) -> str:

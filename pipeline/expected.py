@@ -18,7 +18,7 @@ from .errors import ConfigError, load_json
 STAGES = ("model", "import", "compile", "run", "oracle", "verify")
 TASK_OF_STAGE = {"model": "model", "import": "mlir", "compile": "vmfb", "run": "verify", "oracle": "verify",
                  "verify": "verify"}
-DEFAULT_FILE = Path(__file__).parent / "expected_failures.json"
+DEFAULT_DIR = Path(__file__).parent / "expected_failures"  # one file per target: <target>.json
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,11 @@ class Expectation:
     reason: str  # why (a bug link, the failure bucket, ...)
 
 
-def load(path: str | Path) -> tuple[Expectation, ...]:
+def load(path: str | Path, missing_ok: bool = False) -> tuple[Expectation, ...]:
+    """The file's entries; with `missing_ok`, a file that does not exist lists none (a target
+    without a list of its own)."""
+    if missing_ok and not Path(path).exists():
+        return ()
     where = f"CONV_SWEEP_EXPECTED_FAILURES ({path})"
     data = load_json(path, "CONV_SWEEP_EXPECTED_FAILURES")
     entries = data.get("expected_failures") if isinstance(data, dict) else None

@@ -1,7 +1,8 @@
 """Stage 2: model file -> readable text MLIR. Runs in a helper process (pipeline/isolate.py).
 
 TFLite: tosa-converter-for-tflite to bytecode (its --text form does not parse in iree-compile),
-printed as text by iree-opt. ONNX: iree-import-onnx. Both converters are Python command-line
+kept as model.mlirbc (MLIR bytecode is versioned: compilers carrying another MLIR version,
+such as torq-compile, read it) and printed as text by iree-opt. ONNX: iree-import-onnx. Both converters are Python command-line
 tools; their own entry points run here in-process (the helper imports them once), and the log
 records the equivalent command line, which is also what repro.sh runs.
 """
@@ -64,19 +65,21 @@ def _in_process(name: str, entry, argv: list[str], log: Path) -> float:
     return elapsed
 
 
+def bytecode_path(mlir: Path) -> Path:
+    """Where a TFLite import keeps the converter's bytecode, beside the text."""
+    return Path(mlir).with_suffix(".mlirbc")
+
+
 def import_model(case: Case, model: Path, mlir: Path, log: Path, timeout: float = 600.0) -> float:
-    """Write `mlir` from `model`; return the tools' wall time in seconds."""
+    """Write `mlir` (and, for TFLite, its bytecode) from `model`; return the tools' wall time."""
     mlir, log = Path(mlir), Path(log)
     with atomic_output(mlir) as tmp_mlir:
         if case.backend == "tflite":
-            bytecode = tmp_mlir.with_suffix(".mlirbc")
-            try:
+            with atomic_output(bytecode_path(mlir)) as bytecode:
                 elapsed = _in_process("tosa-converter-for-tflite", _tosa_converter,
                                       [str(model), "--bytecode", "-o", str(bytecode)], log)
                 elapsed += run_tool([_tool("iree-opt"), str(bytecode), "-o", str(tmp_mlir)], stage=STAGE,
                                     timeout=timeout, log=log)
-            finally:
-                bytecode.unlink(missing_ok=True)
         else:
             elapsed = _in_process("iree-import-onnx", _iree_import_onnx, [str(model), "-o", str(tmp_mlir)], log)
         with open(tmp_mlir, "rb") as f:

@@ -142,10 +142,27 @@ def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarra
     return onnxruntime_output(model, x)
 
 
-def evaluate(case: Case, model: Path, x: np.ndarray) -> tuple[ModelWeights, np.ndarray, np.ndarray | None]:
-    """Everything verify needs from the model: its weights, the oracle's output for x and,
-    for w8if32, the float64 conv of the dequantized weights. Runs in the helper process."""
+def bf16_operands_reference(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """The exact conv of the input and weights rounded to bf16 (nearest even; weights first
+    as f32, as a compiler dequantizes them), rounded once to bf16: what a compiler that
+    converts an f32 model to bf16 should compute."""
+    import ml_dtypes
+
+    def bf16(a):
+        return np.asarray(a).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    rounded = ModelWeights(bf16(weights.kernel), weights.bias, weights.weights_quantized)
+    return float64_reference(case, rounded, bf16(x)).astype(np.float32).astype(ml_dtypes.bfloat16)
+
+
+def evaluate(case: Case, model: Path, x: np.ndarray, bf16_operands: bool = False) -> dict:
+    """Everything verify needs from the model, computed in the helper process: its weights
+    ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
+    dequantized weights ("exact"), and when asked, the bf16-operands reference ("bf16")."""
     weights = model_weights(case, model)
-    expected = expected_output(case, model, weights, x)
-    exact = float64_reference(case, weights, x).astype(np.float32) if case.flavor == "w8if32" else None
-    return weights, expected, exact
+    out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
+    if case.flavor == "w8if32":
+        out["exact"] = float64_reference(case, weights, x).astype(np.float32)
+    if bf16_operands:
+        out["bf16"] = bf16_operands_reference(case, weights, x)
+    return out

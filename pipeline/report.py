@@ -26,11 +26,12 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
     entries = []
     for case in cases:
         result = read_result(case_dir(case)) or {}
-        entry = {"case": case.name, "backend": case.backend, "flavor": case.flavor, "category": case.category,
+        entry = {"case": case.name, "target": case.target, "backend": case.backend, "flavor": case.flavor,
+                 "category": case.category,
                  "geometry": case.geometry.to_dict(), "status": NOT_RUN, "stage": None, "reason": "",
                  "metrics": {}, "notes": {}, "stages": {}, "log": None,
                  "repro": str(case_dir(case) / "repro.sh")}
-        entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "repro")})
+        entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "target", "repro")})
         entries.append(entry)
     return entries
 
@@ -183,15 +184,22 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
     return {"buckets": groups}
 
 
-def tool_versions(cfg) -> dict:
+def tool_versions(cfg, target) -> dict:
     from .fingerprint import STAGE_INPUTS, executable_identity, stage_fingerprint
+    from .targets import toolchain_identity
 
     versions = {}
     for stage in STAGE_INPUTS:
         versions.update(stage_fingerprint(stage)["versions"])
-    compiler = executable_identity(cfg.iree_compile, cfg.build_dir)
-    versions["iree-compile"] = f"{compiler['path']}: {compiler['version'].splitlines()[1:2] or compiler['version']}"
-    versions["compile flags"] = " ".join(cfg.compile_flags) or "(none)"
+    versions["target"] = f"{target.name}: {target.profile.doc}"
+    for role, path in (("compiler", target.compiler), ("runner", target.runner)):
+        identity = executable_identity(path, cfg.build_dir)
+        lines = [line.strip() for line in identity["version"].splitlines() if line.strip()]
+        versions[role] = f"{identity['path']}: {' / '.join(lines[:3])}"
+    toolchain = toolchain_identity(target.profile)
+    if toolchain:
+        versions["toolchain"] = json.dumps(toolchain, sort_keys=True)
+    versions["compile flags"] = " ".join(target.profile.flags + target.extra_flags) or "(none)"
     return versions
 
 
@@ -200,45 +208,59 @@ def _selection_key(cfg, cases: list[Case]) -> str:
 
     h = hashlib.sha256()
     for case in cases:
-        h.update(f"{case.name} {case.expect_stage}\n".encode())
+        h.update(f"{case.key} {case.expect_stage}\n".encode())
     h.update(str(cfg.build_dir).encode())
     return h.hexdigest()
 
 
+def by_target(cfg, cases: list[Case]) -> list[tuple]:
+    """(target, its cases) for every selected target, in the selection's order."""
+    return [(target, [c for c in cases if c.target == target.name]) for target in cfg.targets]
+
+
+def report_dir(cfg, target) -> Path:
+    return cfg.build_dir / REPORT_DIR / target.name
+
+
 def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
-    """Read every case's result, write the report files and print the summary. A run that
-    changed nothing (`changed` False) prints the summary kept from the last report of the
-    same cases instead of re-reading 1,250 results and redrawing the page."""
+    """Read every case's result, write each target's report files and print its summary. A run
+    that changed nothing (`changed` False) prints the summaries kept from the last report of
+    the same cases instead of re-reading 1,250 results and redrawing the pages."""
     import sys
 
     out = out or sys.stdout
-    report_dir = cfg.build_dir / REPORT_DIR
-    key = _selection_key(cfg, cases)
-    cached = report_dir / "summary.txt"
-    if not changed and (report_dir / "summary.key").is_file() and cached.is_file():
-        if (report_dir / "summary.key").read_text() == key:
-            print(cached.read_text(), end="", file=out)
-            return
-    entries = collect(cases, cfg.case_dir)
-    groups = write_report(entries, report_dir, tool_versions(cfg))["buckets"]
-    text = summary(entries, groups, report_dir) + "\n"
-    write_text(cached, text)
-    write_text(report_dir / "summary.key", key)
-    print(text, end="", file=out)
+    for target, selected in by_target(cfg, cases):
+        folder = report_dir(cfg, target)
+        key = _selection_key(cfg, selected)
+        cached = folder / "summary.txt"
+        heading = f"target {target.name}: {len(selected)} cases\n"
+        if not changed and (folder / "summary.key").is_file() and cached.is_file():
+            if (folder / "summary.key").read_text() == key:
+                print(heading + cached.read_text(), end="", file=out)
+                continue
+        entries = collect(selected, cfg.case_dir)
+        groups = write_report(entries, folder, tool_versions(cfg, target))["buckets"]
+        text = summary(entries, groups, folder) + "\n"
+        write_text(cached, text)
+        write_text(folder / "summary.key", key)
+        print(heading + text, end="", file=out)
 
 
 def accept_failures(cfg, cases: list[Case], out=None) -> list:
-    """Rewrite the expected-failures file so that every case failing now is expected."""
+    """Rewrite each target's expected-failures file so that every case failing now is expected."""
     import sys
 
     from . import expected
 
-    entries = collect(cases, cfg.case_dir)
-    failures = [(e["case"], e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL)]
-    not_run = tuple(e["case"] for e in entries if e["status"] == NOT_RUN)
-    new = expected.accept(cfg.expectations, failures, not_run)
-    write_text(cfg.expected_path, expected.dump(new))
-    kept = sum(e in cfg.expectations for e in new)
-    print(f"{cfg.expected_path}: {len(new)} entries ({kept} kept with their reasons, {len(new) - kept} added, "
-          f"{len(cfg.expectations) - kept} dropped)", file=out or sys.stdout)
-    return new
+    written = []
+    for target, selected in by_target(cfg, cases):
+        entries = collect(selected, cfg.case_dir)
+        failures = [(e["case"], e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL)]
+        not_run = tuple(e["case"] for e in entries if e["status"] == NOT_RUN)
+        new = expected.accept(target.expectations, failures, not_run)
+        write_text(target.expected_path, expected.dump(new))
+        kept = sum(e in target.expectations for e in new)
+        print(f"{target.name}: {target.expected_path}: {len(new)} entries ({kept} kept with their reasons, "
+              f"{len(new) - kept} added, {len(target.expectations) - kept} dropped)", file=out or sys.stdout)
+        written.append(new)
+    return written

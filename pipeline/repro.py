@@ -1,6 +1,8 @@
-"""repro.sh: one case, outside the tool, with only the IREE tools (and the TFLite importer
-for .tflite models): re-import, re-compile with the exact flags the sweep used, run on the
-saved input and check against the saved expected output with iree-run-module."""
+"""repro.sh: one case on its target, outside the tool, with only the target's tools (and the
+importer of the model's format): re-import, re-compile with the exact flags the sweep used,
+run on the saved input and check against the saved expected output with the run tool's own
+--expected_output. Toolchain tools that need a private C runtime are started through its
+loader, spelled out in the script."""
 from __future__ import annotations
 
 import json
@@ -8,69 +10,101 @@ import shlex
 from pathlib import Path
 
 from .cases import Case
-from .compiler import SCHEDULING_FLAGS, TARGET_FLAGS
 from .config import Config, tool_path
-from .runner import DEVICE
 from .tools import write_bytes, write_text
 
 REPRO, CHECK, EXPECTED_BIN = "repro.sh", "check.json", "repro-expected.bin"
-
-
 ELEMENT_TYPES = {"float32": "f32", "int8": "i8", "bfloat16": "bf16"}
 
 
-def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: float = 0.0) -> None:
-    """Save the expected output as raw bytes (iree-run-module reads int8 .npy as si8 and bf16
-    .npy as an opaque type, neither matching the module's i8/bf16) and how repro.sh compares:
-    `exact`, or `approximate` with |actual - expected| <= atol + rtol |expected|."""
+def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: float = 0.0,
+                input_arg: str | None = None) -> None:
+    """Save the expected output as raw bytes (run tools read int8 .npy as si8 and bf16 .npy as
+    an opaque type, neither matching the module's i8/bf16), how repro.sh compares (`exact`, or
+    `approximate` with |actual - expected| <= atol + rtol |expected|) and how it passes the input."""
     element = ELEMENT_TYPES[expected.dtype.name]
     spec = "x".join(str(d) for d in expected.shape) + f"x{element}"
     write_bytes(Path(case_dir) / EXPECTED_BIN, expected.tobytes())
     write_text(Path(case_dir) / CHECK, json.dumps({"expected": f"{spec}=@{EXPECTED_BIN}", "mode": mode,
-                                                    "atol": atol, "rtol": rtol, "type": element}) + "\n")
+                                                    "atol": atol, "rtol": rtol, "type": element,
+                                                    "input": input_arg}) + "\n")
 
 
-def _check_flags(case_dir: Path) -> list[str] | None:
+def _check(case_dir: Path) -> dict | None:
     try:
-        check = json.loads((Path(case_dir) / CHECK).read_text())
+        return json.loads((Path(case_dir) / CHECK).read_text())
     except (OSError, ValueError):
         return None
+
+
+def _check_flags(check: dict) -> list[str]:
     flags = [f"--expected_output={check['expected']}", f"--equality_mode={check['mode']}"]
     if check["mode"] == "approximate":
         flags += [f"--expected_{check['type']}_threshold={check['atol']:.9g}", f"--expected_rtol={check['rtol']:.9g}"]
     return flags
 
 
-def write_repro(case: Case, cfg: Config, case_dir: Path) -> Path:
+def _variable(tool: str) -> str:
+    return Path(tool).name.upper().replace("-", "_").replace(".", "_")
+
+
+def _command(target, path: str) -> list[str]:
+    """How to start one of the target's tools without this project: a toolchain tool by its
+    loader command, anything else by its path."""
+    if target.profile.toolchain:
+        from . import toolchain
+
+        found = toolchain.manifest() or {}
+        for name, launcher in found.get("tools", {}).items():
+            if launcher == path:
+                return found["commands"][name]
+    return [path]
+
+
+def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Path:
+    from .importer import bytecode_path
+    from .stages import MLIR, mlir_input
+
+    target = cfg.target(case.target)
     case_dir = Path(case_dir)
-    tools = {"IREE_COMPILE": cfg.iree_compile, "IREE_RUN_MODULE": tool_path("iree-run-module") or "iree-run-module"}
+    model = f"../{case.model_file}"
+    tools: dict[str, list[str]] = {}
     if case.backend == "tflite":
-        tools["TOSA_CONVERTER"] = tool_path("tosa-converter-for-tflite") or "tosa-converter-for-tflite"
-        tools["IREE_OPT"] = tool_path("iree-opt") or "iree-opt"
-        importing = [f'"$TOSA_CONVERTER" {case.model_file} --bytecode -o repro.mlirbc',
-                     '"$IREE_OPT" repro.mlirbc -o repro.mlir']
+        tools["TOSA_CONVERTER"] = [tool_path("tosa-converter-for-tflite") or "tosa-converter-for-tflite"]
+        importing = [f'"${{TOSA_CONVERTER[@]}}" {model} --bytecode -o repro.mlirbc']
+        if mlir_input(case, cfg) == bytecode_path(Path(MLIR)).name:
+            compiled = "repro.mlirbc"
+        else:
+            tools["IREE_OPT"] = [tool_path("iree-opt") or "iree-opt"]
+            importing.append('"${IREE_OPT[@]}" repro.mlirbc -o repro.mlir')
+            compiled = "repro.mlir"
     else:
-        tools["IREE_IMPORT_ONNX"] = tool_path("iree-import-onnx") or "iree-import-onnx"
-        importing = [f'"$IREE_IMPORT_ONNX" {case.model_file} -o repro.mlir']
-    compile_line = '"$IREE_COMPILE" repro.mlir -o repro.vmfb ' + shlex.join(
-        [*TARGET_FLAGS, *SCHEDULING_FLAGS, *cfg.compile_flags])
-    run = ['"$IREE_RUN_MODULE"', "--module=repro.vmfb", f"--device={DEVICE}", f"--function={case.entry_point}",
-           "--input=@input.npy"]
-    check = _check_flags(case_dir)
+        tools["IREE_IMPORT_ONNX"] = [tool_path("iree-import-onnx") or "iree-import-onnx"]
+        importing = [f'"${{IREE_IMPORT_ONNX[@]}}" {model} -o repro.mlir']
+        compiled = "repro.mlir"
+    compiler, runner = _variable(target.compiler), _variable(target.runner)
+    tools[compiler] = _command(target, target.compiler)
+    tools[runner] = _command(target, target.runner)
+    compile_line = f'"${{{compiler}[@]}}" {compiled} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
+    check = _check(case_dir)
+    input_arg = (check or {}).get("input") or "--input=@../input.npy"
+    run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),
+           f"--function={target.profile.function(case.backend)}", shlex.quote(input_arg)]
     if check:
-        run_line = " ".join(run + [shlex.quote(f) for f in check])
+        run_line = " ".join(run + [shlex.quote(f) for f in _check_flags(check)])
         run_note = "# checks the output against the saved oracle output, with the sweep's tolerance"
     else:
         run_line = " ".join(run)
         run_note = "# no saved expected output yet: prints the output for comparison"
     lines = [
         "#!/usr/bin/env bash",
-        f"# Reproduce {case.name} outside conv-sweep.",
-        "# Needs only the IREE tools" + (" and tosa-converter-for-tflite." if case.backend == "tflite" else "."),
-        "# Each tool defaults to the one the sweep used; override with e.g. IREE_COMPILE=/path/iree-compile.",
+        f"# Reproduce {case.name} on {target.name} outside conv-sweep.",
+        f"# Needs only the {target.name} tools and the importer; each defaults to the one the sweep used.",
+        f"# Override one with e.g. {compiler}=/path/to/{Path(target.compiler).name} bash repro.sh",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        *[f'{name}="${{{name}:-{shlex.quote(path)}}}"' for name, path in tools.items()],
+        *[f'if [ -n "${{{name}:-}}" ]; then {name}=("${name}"); else {name}=({shlex.join(argv)}); fi'
+          for name, argv in tools.items()],
         "set -x",
         *importing,
         compile_line,

@@ -29,11 +29,12 @@ class Result:
     notes: dict = field(default_factory=dict)  # e.g. weights_quantized for w8if32
     stages: dict = field(default_factory=dict)  # stage -> {"seconds": ...}
     log: str | None = None  # the failing stage's log
+    target: str = "llvm-cpu"  # the target profile the case ran on
 
     @classmethod
     def for_case(cls, case: Case, status: str, **kwargs) -> "Result":
         return cls(case.name, case.backend, case.flavor, case.category, case.geometry.to_dict(), status,
-                   compile_only=case.compile_only, **kwargs)
+                   compile_only=case.compile_only, target=case.target, **kwargs)
 
     def write(self, case_dir: Path) -> None:
         write_text(Path(case_dir) / RESULT_FILE, json.dumps(_finite(asdict(self)), indent=1) + "\n")
@@ -63,6 +64,11 @@ def read_stages(case_dir: Path) -> dict:
         return json.loads((Path(case_dir) / STAGES_FILE).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def read_all_stages(model_dir: Path, case_dir: Path) -> dict:
+    """The target-independent stages (model, import) and the target's own."""
+    return {**read_stages(model_dir), **read_stages(case_dir)}
 
 
 def record_stage(case_dir: Path, stage: str, **info) -> None:

@@ -27,6 +27,23 @@ w8if32 against the TFLite interpreter.  TFLite quantizes the activations on the 
 with a step s_x <= max|x| / 127 (symmetric; an asymmetric step (max - min) / 255 is
 smaller), so each input carries an error of at most s_x / 2, and output channel o is off by
 at most  (s_x / 2) * sum |W_o|  (a rigorous bound), plus the f32 term (n = 2).
+
+f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
+--torq-convert-io-dtype: bf16 inputs, weights and outputs).  Two checks, both must pass:
+  - tight, against the exact conv of the bf16-rounded operands (input and weights rounded to
+    nearest even; w8if32: the dequantized weights, as f32, then rounded), rounded once to
+    bf16: the bf16 policy above, plus u_bf16 * b because the compiler may keep the bias in
+    f32 or round it to bf16 (u_bf16 = 2**-8).  This keeps the teeth: one flipped weight
+    still shows at K = 512 x 9 x 9.
+  - against the flavor's own oracle (TFLite, onnxruntime, the float64 conv of w8if32's
+    dequantized weights), with the conversion as the error model: each product w x becomes
+    w x (1 + a)(1 + b), |a|, |b| <= u_bf16, independent rounding errors of variance at most
+    u_bf16**2 / 3, so the K products' error has a standard deviation of at most
+        sigma_conv = u_bf16 * t * sqrt(2 K / 3)
+    (each input element meets one weight per output: the K errors are independent), plus
+    u_bf16 * b for the bias, one bf16 step of the output and the f32 term (n = 2):
+        tol = ulp_bf16(|e|) + LAMBDA * sigma_conv + u_bf16 * b + f32 term.
+    Too loose to see one flipped weight at large K: the tight check is there for that.
 """
 from __future__ import annotations
 
@@ -34,6 +51,7 @@ import numpy as np
 
 U_F32 = 2.0 ** -24
 BF16_MANTISSA_BITS = 7
+U_BF16 = 2.0 ** -(BF16_MANTISSA_BITS + 1)  # unit roundoff of bf16, round to nearest
 LAMBDA = 6.0  # Gaussian tail: P(|err| > 6 sigma) ~ 2e-9 per element, before t's own margin
 
 
@@ -79,3 +97,23 @@ def hybrid_tolerance(expected: np.ndarray, kernel: np.ndarray, max_x: float, k: 
     shape = [1] * np.ndim(expected)
     shape[channel_axis] = -1
     return per_channel.reshape(shape) + f32_tolerance(expected, k, t, b, implementations=2)
+
+
+def bf16_operands_tolerance(expected: np.ndarray, k: int, t: float, b: float) -> np.ndarray:
+    """Against the exact conv of the bf16-rounded operands (bias in f32 or bf16)."""
+    return bf16_tolerance(expected, k, t, b) + U_BF16 * b
+
+
+def bf16_operands_terms(k: int, t: float, b: float) -> tuple[float, float]:
+    atol, rtol = bf16_terms(k, t, b)
+    return atol + U_BF16 * b, rtol
+
+
+def bf16_conversion(k: int, t: float, b: float) -> float:
+    """LAMBDA standard deviations of the error of rounding K operand pairs to bf16, plus the bias."""
+    return float(LAMBDA * U_BF16 * t * np.sqrt(2.0 * k / 3.0) + U_BF16 * b)
+
+
+def converted_tolerance(expected: np.ndarray, k: int, t: float, b: float) -> np.ndarray:
+    """An f32 model run in bf16 against the flavor's f32 (or exact) oracle."""
+    return bf16_ulp(expected) + bf16_conversion(k, t, b) + f32_tolerance(expected, k, t, b, implementations=2)

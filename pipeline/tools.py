@@ -64,6 +64,12 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
 
     Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout.
     """
+    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env)[0]
+
+
+def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
+                    env: dict | None = None) -> tuple[float, str]:
+    """run_tool, also returning what the tool printed on stdout."""
     argv = [str(a) for a in argv]
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +97,7 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
         detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
         reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
         raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
-    return elapsed
+    return elapsed, stdout.decode(errors="replace")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

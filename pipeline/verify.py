@@ -1,4 +1,10 @@
-"""Stage 4: run the module, ask the oracle, compare under the tolerance policy, write result.json."""
+"""Stage 4: run the module, ask the oracle, compare under the tolerance policy, write result.json.
+
+The module's I/O types come from its own signature (pipeline/signature.py). Where a compiler
+turned an f32 model's I/O into bf16, the input is rounded to bf16 for the module and its
+output is checked twice (pipeline/tolerance.py): tightly against the exact conv of the
+bf16-rounded operands, and against the flavor's oracle with the conversion's error bound.
+"""
 from __future__ import annotations
 
 import time
@@ -6,18 +12,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import oracle, tolerance
+from . import oracle, signature, tolerance
 from .cases import Case
 from .compare import Comparison, compare
 from .compiler import check_vmfb
 from .data import make_input
+from .errors import StageError
 from .isolate import call
-from .result import FAIL, PASS, Result, read_stages
+from .result import FAIL, PASS, Result, read_all_stages
 from .repro import write_check
-from .runner import run_vmfb
+from .runner import input_arg as runner_input_arg
+from .runner import input_file_name, raw_io, run_vmfb, write_input
 from .tools import atomic_output
 
-INPUT, EXPECTED, ACTUAL, EXACT = "input.npy", "expected.npy", "actual.npy", "exact.npy"
+INPUT, EXPECTED, ACTUAL, EXACT, BF16_REFERENCE = "input.npy", "expected.npy", "actual.npy", "exact.npy", \
+    "bf16-reference.npy"
+CONVERSIONS = {("float32", "bfloat16")}  # model dtype -> module dtype a compiler may convert to
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:
@@ -33,23 +43,43 @@ def _terms(case: Case, weights: oracle.ModelWeights, x: np.ndarray) -> tuple[int
             float(np.abs(weights.bias).max()), max_x)
 
 
-def _write_repro_check(case: Case, case_dir: Path, weights: oracle.ModelWeights, x: np.ndarray,
-                       expected: np.ndarray, exact: np.ndarray | None) -> None:
-    """The primary check in iree-run-module's terms (atol + rtol |e|), for repro.sh."""
-    k, t, b, _ = _terms(case, weights, x)
-    if case.flavor == "w8i8":
-        write_check(case_dir, expected, "exact")
+def _repro_check(case: Case, case_dir: Path, terms, refs: dict, converted: bool, input_arg: str) -> None:
+    """The primary check in the run tool's terms (atol + rtol |e|), for repro.sh."""
+    k, t, b, _ = terms
+    if converted:
+        write_check(case_dir, refs["bf16"], "approximate", *tolerance.bf16_operands_terms(k, t, b), input_arg)
+    elif case.flavor == "w8i8":
+        write_check(case_dir, refs["expected"], "exact", input_arg=input_arg)
     elif case.flavor == "bf16":
-        write_check(case_dir, expected, "approximate", *tolerance.bf16_terms(k, t, b))
+        write_check(case_dir, refs["expected"], "approximate", *tolerance.bf16_terms(k, t, b), input_arg)
     else:
-        write_check(case_dir, exact if case.flavor == "w8if32" else expected, "approximate",
-                    *tolerance.f32_terms(k, t, b, implementations=2))
+        write_check(case_dir, refs.get("exact", refs["expected"]), "approximate",
+                    *tolerance.f32_terms(k, t, b, implementations=2), input_arg)
 
 
-def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expected: np.ndarray,
-                actual: np.ndarray, exact: np.ndarray | None = None) -> list[Comparison]:
-    """Every check the case's flavor calls for; all must pass."""
+def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: dict,
+                actual: np.ndarray) -> list[Comparison]:
+    """Every check the case's flavor calls for; all must pass. `refs` holds the oracle's
+    output ("expected"), w8if32's float64 conv ("exact") and, when the module converted the
+    model to bf16, the bf16-operands reference ("bf16")."""
     k, t, b, max_x = _terms(case, weights, x)
+    expected, exact = refs["expected"], refs.get("exact")
+    if "bf16" in refs:  # an f32 model converted to bf16 by the compiler
+        wide = actual.astype(expected.dtype)  # bf16 -> f32 is exact
+        checks = [compare("vs float64 conv of the bf16-rounded operands, rounded to bf16", refs["bf16"], actual,
+                          tolerance.bf16_operands_tolerance(refs["bf16"], k, t, b))]
+        if case.flavor == "w8if32":
+            checks.append(compare("vs float64 conv of the dequantized int8 weights (bf16 conversion bound)", exact,
+                                  wide, tolerance.converted_tolerance(exact, k, t, b)))
+            checks.append(compare("vs TFLite hybrid kernel (activation quantization + bf16 conversion bound)",
+                                  expected, wide,
+                                  tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, t, b, channel_axis=-1)
+                                  + tolerance.bf16_ulp(expected) + tolerance.bf16_conversion(k, t, b)))
+        else:
+            oracle_name = "TFLite interpreter" if case.backend == "tflite" else "onnxruntime"
+            checks.append(compare(f"vs {oracle_name} (bf16 conversion bound)", expected, wide,
+                                  tolerance.converted_tolerance(expected, k, t, b)))
+        return checks
     if case.flavor == "w8i8":
         return [compare("vs TFLite reference kernels (bit-exact)", expected, actual, 0.0)]
     if case.flavor == "bf16":
@@ -66,36 +96,70 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, expecte
     return [compare(f"vs {oracle_name}", expected, actual, tolerance.f32_tolerance(expected, k, t, b))]
 
 
-def verify_case(case: Case, case_dir: Path, *, timeout: float) -> Result:
-    """Run and check one case; write input, expected and actual outputs and result.json."""
-    case_dir = Path(case_dir)
-    model, vmfb = case_dir / case.model_file, case_dir / "model.vmfb"
-    stages = read_stages(case_dir)
+def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[np.ndarray, bool]:
+    """The input in the module's dtype, and whether the compiler converted the model's dtype."""
+    want = sig.inputs[0]
+    if len(sig.inputs) != 1 or len(sig.outputs) != 1:
+        raise StageError("run", f"@{sig.function} takes {len(sig.inputs)} inputs and returns "
+                         f"{len(sig.outputs)} outputs; the model has one of each")
+    if tuple(want.shape) != tuple(x.shape):
+        raise StageError("run", f"@{sig.function} takes {want.spec}, the model's input is {x.shape}")
+    if want.dtype == x.dtype:
+        return x, False
+    if (x.dtype.name, want.dtype.name) not in CONVERSIONS:
+        raise StageError("run", f"@{sig.function} takes {want.spec}: no policy compares a "
+                         f"{x.dtype.name} model run in {want.dtype.name}")
+    return x.astype(want.dtype), True
+
+
+def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float) -> Result:
+    """Run and check one case on its target (a config.Target); write the inputs, expected and
+    actual outputs and result.json in case_dir."""
+    model_dir, case_dir = Path(model_dir), Path(case_dir)
+    model, vmfb = model_dir / case.model_file, case_dir / "model.vmfb"
+    stages = read_all_stages(model_dir, case_dir)
+    profile = target.profile
     notes: dict = {}
     if case.compile_only:
-        check_vmfb(vmfb)
+        check_vmfb(vmfb, Path(target.compiler).name)
         result = Result.for_case(case, PASS, reason="compile-only: not run", stages=stages)
         result.write(case_dir)
         return result
     x = make_input(case)
-    save_npy(case_dir / INPUT, x)
+    save_npy(model_dir / INPUT, x)
+    sig = signature.read(target.dump_tool, vmfb, model_dir / "model.mlir", profile.function(case.backend),
+                         stage="run", timeout=timeout, log=case_dir / "run.log")
+    notes["module_io"] = sig.to_dict()
+    x_module, converted = module_input(case, x, sig)
     start = time.monotonic()
-    weights, expected, exact = call("pipeline.oracle:evaluate", case, model, x, helper="oracle", stage="oracle",
-                                    timeout=timeout, log=case_dir / "oracle.log")
+    refs = call("pipeline.oracle:evaluate", case, model, x, converted, helper="oracle", stage="oracle",
+                timeout=timeout, log=case_dir / "oracle.log")
+    weights = refs["weights"]
     stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
-    save_npy(case_dir / EXPECTED, expected)
-    actual, seconds = run_vmfb(case, vmfb, case_dir / INPUT, expected.shape, expected.dtype,
+    save_npy(case_dir / EXPECTED, refs["expected"])
+    if converted or raw_io(profile.io, sig.inputs[0]):
+        input_path = case_dir / input_file_name(sig.inputs[0], profile.io)
+        write_input(input_path, x_module, sig.inputs[0], profile.io)
+    else:
+        input_path = model_dir / INPUT  # the model's own input, as saved
+    actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
                                timeout=timeout, log=case_dir / "run.log")
     stages["run"] = {"seconds": round(seconds, 4)}
     save_npy(case_dir / ACTUAL, actual)
     if case.flavor == "w8if32":
         # The converter leaves small weight tensors in float; such a case is f32 coverage only.
         notes["weights_quantized"] = weights.weights_quantized
-    if exact is not None:
-        save_npy(case_dir / EXACT, exact)
-    _write_repro_check(case, case_dir, weights, x, expected, exact)
+    if converted:
+        notes["converted"] = f"{x.dtype.name} model run in {x_module.dtype.name}"
+        save_npy(case_dir / BF16_REFERENCE, refs["bf16"])
+    if "exact" in refs:
+        save_npy(case_dir / EXACT, refs["exact"])
+    terms = _terms(case, weights, x)
+    relative = input_path.name if input_path.parent == case_dir else f"../{input_path.name}"
+    _repro_check(case, case_dir, terms, refs, converted,
+                 runner_input_arg(relative, sig.inputs[0], profile.io))
     start = time.monotonic()
-    checks = comparisons(case, weights, x, expected, actual, exact)
+    checks = comparisons(case, weights, x, refs, actual)
     stages["compare"] = {"seconds": round(time.monotonic() - start, 4)}
     failed = [c for c in checks if not c.passed]
     result = Result.for_case(
