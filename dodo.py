@@ -148,9 +148,8 @@ def _target_keys():
         keys[p.name] = (
             {**identity, "compiler": executable_identity(target.compiler, CFG.build_dir), "mlir": p.mlir,
              "profiling": list(p.profiling)},
-            {**identity, "runner": executable_identity(target.runner, CFG.build_dir), "run_flags": list(p.run_flags),
-             "dump_tool": executable_identity(target.dump_tool, CFG.build_dir), "io": p.io,
-             "functions": dict(p.functions), "int8_rounding": p.int8_rounding})
+            {**identity, "runner": executable_identity(target.runner, CFG.build_dir),
+             "dump_tool": executable_identity(target.dump_tool, CFG.build_dir), "profile": p.to_dict()})
     return keys
 
 

@@ -56,3 +56,20 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
         except StageError as err:
             raise StageError(STAGE, err.reason, None, str(log)) from None
     return elapsed
+
+
+def estimated_time(csv_path: Path) -> float | None:
+    """The compiler's estimated execution time from its timeline (torq-compile
+    --torq-dump-profiling: `taskId, elapsed_time(us), timestamp(us), event, location, bytes`,
+    whose times are NPU cycles despite the label): last end minus first start, or None."""
+    import csv
+
+    try:
+        with open(csv_path, newline="") as f:
+            rows = [row for row in csv.reader(f)][1:]
+        spans = [(int(row[2]), int(row[1])) for row in rows if len(row) >= 3]
+    except (OSError, ValueError):
+        return None
+    if not spans:
+        return None
+    return float(max(start + length for start, length in spans) - min(start for start, _ in spans))

@@ -21,7 +21,8 @@ STAGE_INPUTS = {
               ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
     "mlir": (("importer", "tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
     "vmfb": (("compiler", "tools"), ("iree-base-compiler",)),
-    "verify": (("verify", "oracle", "tolerance", "compare", "reference", "runner", "data", "result", "tools"),
+    "verify": (("verify", "oracle", "tolerance", "compare", "reference", "runner", "signature", "data", "result",
+                "repro", "tools"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
 }
 

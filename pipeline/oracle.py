@@ -6,13 +6,13 @@ onnxruntime for ONNX f32, and a numpy float64 convolution for bf16 (onnxruntime 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .cases import Case
-from .reference import conv_nchw, to_channels_first, to_channels_last
+from .reference import conv_nchw, round_to_bf16, to_channels_first, to_channels_last
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ModelWeights:
     weights_quantized: bool  # kernel stored as int8 in the model file
     input_scale: float = 0.0  # int8 input quantization (w8i8), 0 when the input is float
     output_scale: float = 0.0  # int8 output quantization (w8i8), 0 when the output is float
+    input_zero_point: int = 0  # int8 input quantization (w8i8)
+    weight_scales: tuple = ()  # per output channel, when the kernel is stored as int8
 
 
 def warm_up() -> None:
@@ -64,6 +66,9 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
         raise ValueError(f"{model}: expected one CONV_2D op, found {len(convs)}")
     _, filter_index, bias_index = convs[0]["inputs"][:3]
     kernel, quantized = _dequantize(interpreter, details[filter_index])  # (O, KH, KW, I)
+    scales = tuple(float(v) for v in details[filter_index]["quantization_parameters"]["scales"])
+    if len(scales) == 1:
+        scales *= kernel.shape[0]
     bias, _ = _dequantize(interpreter, details[bias_index])
     kernel = kernel.transpose(0, 3, 1, 2)
     if case.geometry.rank == 1:
@@ -80,7 +85,8 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
             raise ValueError(f"{model}: output for a zero input is not one bias per channel")
         bias = offsets[0]
     return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
-                        float(inputs["quantization"][0]), float(outputs["quantization"][0]))
+                        float(inputs["quantization"][0]), float(outputs["quantization"][0]),
+                        int(inputs["quantization"][1]), scales if quantized else ())
 
 
 def onnx_weights(model: Path) -> ModelWeights:
@@ -135,10 +141,8 @@ def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarra
     if case.backend == "tflite":
         return tflite_output(case, model, x, reference_kernels=case.flavor == "w8i8")
     if case.flavor == "bf16":
-        import ml_dtypes
-
         # bf16 operands (as stored), exact accumulation, one rounding to bf16 (nearest even)
-        return float64_reference(case, weights, x.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+        return round_to_bf16(float64_reference(case, weights, x.astype(np.float64)))
     return onnxruntime_output(model, x)
 
 
@@ -146,23 +150,46 @@ def bf16_operands_reference(case: Case, weights: ModelWeights, x: np.ndarray) ->
     """The exact conv of the input and weights rounded to bf16 (nearest even; weights first
     as f32, as a compiler dequantizes them), rounded once to bf16: what a compiler that
     converts an f32 model to bf16 should compute."""
-    import ml_dtypes
-
-    def bf16(a):
-        return np.asarray(a).astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-
-    rounded = ModelWeights(bf16(weights.kernel), weights.bias, weights.weights_quantized)
-    return float64_reference(case, rounded, bf16(x)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    return round_to_bf16(float64_reference(case, bf16_operands(weights), _bf16(x)))
 
 
-def evaluate(case: Case, model: Path, x: np.ndarray, bf16_operands: bool = False) -> dict:
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """f32 (or exactly representable float64) values rounded to bf16, back in float64."""
+    return round_to_bf16(np.asarray(a, dtype=np.float64)).astype(np.float64)
+
+
+def bf16_operands(weights: ModelWeights) -> ModelWeights:
+    """The weights and bias as a compiler converting the model to bf16 holds them (the
+    dequantized int8 weights of w8if32 are f32 values first, then rounded)."""
+    return ModelWeights(_bf16(weights.kernel.astype(np.float32)), _bf16(weights.bias.astype(np.float32)),
+                        weights.weights_quantized)
+
+
+def requantization_input(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """w8i8: the real value each output has before rounding and the output zero point,
+    acc * s_in * s_w / s_out, in float64 (exact to about 1e-16 relative)."""
+    real_x = (x.astype(np.float64) - weights.input_zero_point) * weights.input_scale
+    return float64_reference(case, weights, real_x) / weights.output_scale
+
+
+def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
     ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
-    dequantized weights ("exact"), and when asked, the bf16-operands reference ("bf16")."""
+    dequantized weights ("exact"), for a model the compiler converted to bf16 the
+    bf16-operands reference ("bf16"), for bf16 checks the sum without the bias ("bias_free",
+    which a target that adds the bias separately rounds), and for w8i8 the real value of
+    every output before rounding ("requantize")."""
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
         out["exact"] = float64_reference(case, weights, x).astype(np.float32)
-    if bf16_operands:
+    if converted:
         out["bf16"] = bf16_operands_reference(case, weights, x)
+        no_bias = bf16_operands(weights)
+        out["bias_free"] = float64_reference(case, replace(no_bias, bias=np.zeros_like(no_bias.bias)), _bf16(x))
+    elif case.flavor == "bf16":
+        out["bias_free"] = float64_reference(case, replace(weights, bias=np.zeros_like(weights.bias)),
+                                             x.astype(np.float64))
+    if case.flavor == "w8i8":
+        out["requantize"] = requantization_input(case, weights, x)
     return out

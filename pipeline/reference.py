@@ -49,3 +49,20 @@ def to_channels_first(x: np.ndarray) -> np.ndarray:
 def to_channels_last(x: np.ndarray) -> np.ndarray:
     """(1, C, *spatial) -> (1, *spatial, C)."""
     return np.moveaxis(x, 1, -1)
+
+
+def round_to_bf16(values: np.ndarray):
+    """float64 -> bf16, rounded once to nearest even (casting through f32 would round twice).
+
+    The f32 step rounds to odd (truncate toward zero, then set the last bit if inexact), which
+    keeps the information a second rounding needs: f32 has 16 bits more than bf16.
+    """
+    import ml_dtypes
+
+    v = np.asarray(values, dtype=np.float64)
+    f = v.astype(np.float32)
+    wide = f.astype(np.float64)
+    toward_zero = np.where(np.abs(wide) > np.abs(v), np.nextafter(f, np.float32(0)), f).astype(np.float32)
+    inexact = (toward_zero.astype(np.float64) != v) & np.isfinite(v)
+    odd = (toward_zero.view(np.uint32) | inexact.astype(np.uint32)).view(np.float32)
+    return odd.astype(ml_dtypes.bfloat16)

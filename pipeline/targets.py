@@ -27,6 +27,7 @@ DEFAULT_TARGET = "llvm-cpu"
 MLIR_FORMS = ("text", "bytecode")  # text MLIR as IREE 3.13 prints it, or the importer's bytecode
 IO_MODES = ("npy", "bin")  # .npy files where the dtype allows (bf16 always as raw bytes), or always raw
 INT8_ROUNDING = ("tflite", "single-round")  # see tolerance.py
+BF16_BIAS_ADD = ("fused", "separate")  # see tolerance.py
 TOOLCHAINS = ("torq",)
 
 
@@ -47,7 +48,9 @@ class Profile:
     dump_tool: str  # the module dumper that reads the compiled module's signature
     flavors: tuple[str, ...]  # backend_flavor names this target supports
     compile_only: tuple[str, ...] = ()  # flavors only compiled, not run or compared
+    expected_output: bool = True  # its run tool's --expected_output takes approximate checks (repro.sh)
     int8_rounding: str = "tflite"  # how its int8 requantization rounds
+    bf16_bias_add: str = "fused"  # "separate": the bias-free sum may be rounded to bf16 before the bias is added
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
 
@@ -70,7 +73,8 @@ class Profile:
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
-_REQUIRED = _FIELDS - {"compile_only", "int8_rounding", "profiling", "toolchain", "flavor_flags", "doc"}
+_REQUIRED = _FIELDS - {"compile_only", "expected_output", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags",
+                       "doc"}
 
 
 def _merge(raw: dict[str, dict], where: str, base: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -128,7 +132,8 @@ def _profile(name: str, data: dict, where: str) -> Profile:
     if not isinstance(functions, dict) or set(functions) != {"tflite", "onnx"} or \
             not all(isinstance(v, str) and v for v in functions.values()):
         raise ConfigError(f"{here}.functions", functions, 'must name the entry function of "tflite" and "onnx"')
-    for field, allowed in (("mlir", MLIR_FORMS), ("io", IO_MODES), ("int8_rounding", INT8_ROUNDING)):
+    for field, allowed in (("mlir", MLIR_FORMS), ("io", IO_MODES), ("int8_rounding", INT8_ROUNDING),
+                           ("bf16_bias_add", BF16_BIAS_ADD)):
         if field in data and data[field] not in allowed:
             raise ConfigError(f"{here}.{field}", data[field], f"must be one of {', '.join(allowed)}")
     for field in ("flavors", "compile_only"):
@@ -139,6 +144,8 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         raise ConfigError(f"{here}.flavors", data["flavors"], "names no flavor")
     if data.get("toolchain") not in (None, *TOOLCHAINS):
         raise ConfigError(f"{here}.toolchain", data["toolchain"], f"must be one of {', '.join(TOOLCHAINS)} or null")
+    if not isinstance(data.get("expected_output", True), bool):
+        raise ConfigError(f"{here}.expected_output", data["expected_output"], "must be true or false")
     profiling = strings("profiling", data.get("profiling", []))
     if profiling and not any("{csv}" in flag for flag in profiling):
         raise ConfigError(f"{here}.profiling", data["profiling"], "must name the timeline file as {csv}")
@@ -148,7 +155,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         runner=data["runner"], run_flags=strings("run_flags", data["run_flags"]),
         functions=tuple(sorted(functions.items())), io=data["io"], dump_tool=data["dump_tool"],
         flavors=tuple(data["flavors"]), compile_only=tuple(data.get("compile_only", [])),
-        int8_rounding=data.get("int8_rounding", "tflite"), profiling=profiling,
+        expected_output=data.get("expected_output", True),
+        int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
+        profiling=profiling,
         toolchain=data.get("toolchain"))
 
 
