@@ -144,7 +144,7 @@ def _target_keys():
     keys = {}
     for target in CFG.targets:
         p = target.profile
-        identity = {"target": p.name, "toolchain": toolchain_identity(p)}
+        identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
         keys[p.name] = (
             {**identity, "compiler": executable_identity(target.compiler, CFG.build_dir), "mlir": p.mlir,
              "profiling": list(p.profiling)},

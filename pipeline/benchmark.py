@@ -84,7 +84,7 @@ def _executed(stdout: str) -> int:
 def intrinsic(build_dir: Path) -> dict:
     """Sum of the per-stage durations recorded in result.json, per stage."""
     totals = dict.fromkeys(STAGES, 0.0)
-    for path in Path(build_dir).glob("cases/*/result.json"):
+    for path in Path(build_dir).glob("cases/*/*/result.json"):
         stages = json.loads(path.read_text()).get("stages", {})
         for stage in STAGES:
             totals[stage] += float(stages.get(stage, {}).get("seconds", 0.0))
@@ -100,7 +100,7 @@ start = time.monotonic()
 failed = 0
 for case in cfg.cases():
     for stage in (stages.model, stages.mlir, stages.vmfb, stages.verify):
-        if stage(case, cfg):
+        if stage([case] if stage in (stages.model, stages.mlir) else case, cfg):
             failed += 1
             break
 print(f"naive: {len(cfg.cases())} cases, {failed} failed, {time.monotonic() - start:.1f} s")
@@ -126,10 +126,10 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
     rows["doit list (full default sweep)"] = measure(_doit("list", "--all"), full_env)
     full_build = ROOT / "build"
-    complete = len(list(full_build.glob("cases/*/result.json")))
+    complete = len(list(full_build.glob("cases/*/*/result.json")))
     if complete >= 1250:
         rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
-    cases = len(list((work / "sweep").glob("cases/*/result.json")))
+    cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
     figures = {
         "cases": cases,
         "intrinsic_tool_seconds": {k: round(v, 2) for k, v in tools.items()},

@@ -27,7 +27,7 @@ from . import expected
 from .cases import Case, make_cases, parse_variants
 from .errors import ConfigError
 from .sweep import DEFAULT_N, SweepSpec, load_spec
-from .targets import Profile, load_profiles, resolve_tool, select
+from .targets import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -66,6 +66,7 @@ class Target:
     extra_flags: tuple[str, ...] = ()  # CONV_SWEEP_COMPILE_FLAGS, after the profile's flags
     expectations: tuple = ()  # expected.Expectation entries of this target
     expected_path: Path = expected.DEFAULT_DIR / "llvm-cpu.json"  # where they came from
+    toolchain: dict | None = None  # the manifest of the profile's installed toolchain, if it uses one
 
     @property
     def name(self) -> str:
@@ -114,14 +115,19 @@ class Config:
         if pattern and len(profiles) > 1 and "{target}" not in pattern:
             raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", pattern,
                               "must contain {target} when several targets are selected (failures differ by target)")
+        from .toolchain import root_from_env
+
+        toolchain_root = root_from_env(env)
         targets = []
         for profile in profiles:
+            manifest = installed_toolchain(profile, toolchain_root)
             expected_path = base / pattern.replace("{target}", profile.name) if pattern \
                 else expected.DEFAULT_DIR / f"{profile.name}.json"
             targets.append(Target(
-                profile, compiler or resolve_tool(profile, profile.compiler, base),
-                resolve_tool(profile, profile.runner, base), resolve_tool(profile, profile.dump_tool, base),
-                flags, expected.load(expected_path, missing_ok=not pattern), expected_path))
+                profile, compiler or resolve_tool(profile, profile.compiler, base, manifest),
+                resolve_tool(profile, profile.runner, base, manifest),
+                resolve_tool(profile, profile.dump_tool, base, manifest),
+                flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets))
 

@@ -147,10 +147,10 @@ def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarra
 
 
 def bf16_operands_reference(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
-    """The exact conv of the input and weights rounded to bf16 (nearest even; weights first
-    as f32, as a compiler dequantizes them), rounded once to bf16: what a compiler that
-    converts an f32 model to bf16 should compute."""
-    return round_to_bf16(float64_reference(case, bf16_operands(weights), _bf16(x)))
+    """The exact conv of the input and of `weights` (rounded to bf16 or not, as the target's
+    compiler holds them), rounded once to bf16: what a compiler that runs an f32 model in bf16
+    should compute."""
+    return round_to_bf16(float64_reference(case, weights, _bf16(x)))
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -172,21 +172,22 @@ def requantization_input(case: Case, weights: ModelWeights, x: np.ndarray) -> np
     return float64_reference(case, weights, real_x) / weights.output_scale
 
 
-def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False) -> dict:
+def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, round_weights: bool = True) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
     ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
     dequantized weights ("exact"), for a model the compiler converted to bf16 the
     bf16-operands reference ("bf16"), for bf16 checks the sum without the bias ("bias_free",
     which a target that adds the bias separately rounds), and for w8i8 the real value of
-    every output before rounding ("requantize")."""
+    every output before rounding ("requantize"). `round_weights`: the converting compiler
+    rounds weights and bias to bf16 too (else it keeps them in f32)."""
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
         out["exact"] = float64_reference(case, weights, x).astype(np.float32)
     if converted:
-        out["bf16"] = bf16_operands_reference(case, weights, x)
-        no_bias = bf16_operands(weights)
-        out["bias_free"] = float64_reference(case, replace(no_bias, bias=np.zeros_like(no_bias.bias)), _bf16(x))
+        held = bf16_operands(weights) if round_weights else weights
+        out["bf16"] = bf16_operands_reference(case, held, x)
+        out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), _bf16(x))
     elif case.flavor == "bf16":
         out["bias_free"] = float64_reference(case, replace(weights, bias=np.zeros_like(weights.bias)),
                                              x.astype(np.float64))

@@ -196,7 +196,7 @@ def tool_versions(cfg, target) -> dict:
         identity = executable_identity(path, cfg.build_dir)
         lines = [line.strip() for line in identity["version"].splitlines() if line.strip()]
         versions[role] = f"{identity['path']}: {' / '.join(lines[:3])}"
-    toolchain = toolchain_identity(target.profile)
+    toolchain = toolchain_identity(target.toolchain)
     if toolchain:
         versions["toolchain"] = json.dumps(toolchain, sort_keys=True)
     versions["compile flags"] = " ".join(target.profile.flags + target.extra_flags) or "(none)"

@@ -77,13 +77,9 @@ def _variable(tool: str) -> str:
 def _command(target, path: str) -> list[str]:
     """How to start one of the target's tools without this project: a toolchain tool by its
     loader command, anything else by its path."""
-    if target.profile.toolchain:
-        from . import toolchain
-
-        found = toolchain.manifest() or {}
-        for name, launcher in found.get("tools", {}).items():
-            if launcher == path:
-                return found["commands"][name]
+    for name, launcher in (target.toolchain or {}).get("tools", {}).items():
+        if launcher == path:
+            return target.toolchain["commands"][name]
     return [path]
 
 

@@ -50,6 +50,7 @@ class Profile:
     compile_only: tuple[str, ...] = ()  # flavors only compiled, not run or compared
     expected_output: bool = True  # its run tool's --expected_output takes approximate checks (repro.sh)
     int8_rounding: str = "tflite"  # how its int8 requantization rounds
+    converts_weights: bool = False  # running an f32 model in bf16, its compiler rounds weights and bias too
     bf16_bias_add: str = "fused"  # "separate": the bias-free sum may be rounded to bf16 before the bias is added
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
@@ -73,7 +74,7 @@ class Profile:
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
-_REQUIRED = _FIELDS - {"compile_only", "expected_output", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags",
+_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags",
                        "doc"}
 
 
@@ -144,8 +145,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         raise ConfigError(f"{here}.flavors", data["flavors"], "names no flavor")
     if data.get("toolchain") not in (None, *TOOLCHAINS):
         raise ConfigError(f"{here}.toolchain", data["toolchain"], f"must be one of {', '.join(TOOLCHAINS)} or null")
-    if not isinstance(data.get("expected_output", True), bool):
-        raise ConfigError(f"{here}.expected_output", data["expected_output"], "must be true or false")
+    for field in ("expected_output", "converts_weights"):
+        if not isinstance(data.get(field, True), bool):
+            raise ConfigError(f"{here}.{field}", data[field], "must be true or false")
     profiling = strings("profiling", data.get("profiling", []))
     if profiling and not any("{csv}" in flag for flag in profiling):
         raise ConfigError(f"{here}.profiling", data["profiling"], "must name the timeline file as {csv}")
@@ -155,7 +157,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         runner=data["runner"], run_flags=strings("run_flags", data["run_flags"]),
         functions=tuple(sorted(functions.items())), io=data["io"], dump_tool=data["dump_tool"],
         flavors=tuple(data["flavors"]), compile_only=tuple(data.get("compile_only", [])),
-        expected_output=data.get("expected_output", True),
+        expected_output=data.get("expected_output", True), converts_weights=data.get("converts_weights", False),
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
         profiling=profiling,
         toolchain=data.get("toolchain"))
@@ -193,20 +195,30 @@ def select(text: str, profiles: dict[str, Profile]) -> tuple[Profile, ...]:
     return tuple(profiles[n] for n in names)
 
 
-def resolve_tool(profile: Profile, name: str, base: Path) -> str:
+def installed_toolchain(profile: Profile, root: Path) -> dict | None:
+    """The manifest of the profile's toolchain, or a ConfigError naming the command that
+    installs it; None for a profile without one."""
+    if not profile.toolchain:
+        return None
+    from . import toolchain
+
+    found = toolchain.manifest(root)
+    if found is None:
+        raise ConfigError("CONV_SWEEP_TARGET", profile.name,
+                          f"needs the Torq toolchain, which is not installed in {toolchain.install_dir(root)}; "
+                          f"install it with `{toolchain.INSTALL_COMMAND}`")
+    return found
+
+
+def resolve_tool(profile: Profile, name: str, base: Path, manifest: dict | None = None) -> str:
     """The absolute command of one of the profile's tools: from its toolchain when it has
     one, else a path (relative to the user's folder) or a name looked up like config.tool_path."""
     from .config import tool_path
 
     if os.sep in name:
         path = str(base / name)
-    elif profile.toolchain:
-        from . import toolchain
-
-        installed = toolchain.manifest()
-        if installed is None:
-            toolchain.tool(name)  # raises the error naming the install command
-        path = installed["tools"].get(name) or tool_path(name)
+    elif manifest is not None:
+        path = manifest["tools"].get(name) or tool_path(name)
     else:
         path = tool_path(name)
     if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
@@ -214,15 +226,12 @@ def resolve_tool(profile: Profile, name: str, base: Path) -> str:
     return os.path.abspath(path)
 
 
-def toolchain_identity(profile: Profile) -> dict:
-    """What identifies the profile's toolchain (wheel versions and digests, C runtime package
-    versions); empty for stock IREE, whose package versions are in the stage fingerprints."""
-    if not profile.toolchain:
+def toolchain_identity(manifest: dict | None) -> dict:
+    """What identifies a toolchain (wheel versions and digests, C runtime package versions);
+    empty for stock IREE, whose package versions are in the stage fingerprints."""
+    if not manifest:
         return {}
-    from . import toolchain
-
-    found = toolchain.manifest() or {}
-    return {"wheels": found.get("wheels"), "c_runtime": found.get("c_runtime")}
+    return {"wheels": manifest.get("wheels"), "c_runtime": manifest.get("c_runtime")}
 
 
 def digest(data) -> str:

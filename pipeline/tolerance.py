@@ -30,9 +30,11 @@ at most  (s_x / 2) * sum |W_o|  (a rigorous bound), plus the f32 term (n = 2).
 
 f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
 --torq-convert-io-dtype: bf16 inputs, weights and outputs).  Two checks, both must pass:
-  - tight, against the exact conv of the bf16-rounded operands (input, weights and bias
-    rounded to nearest even, as torq-compile holds them; w8if32: the dequantized weights, as
-    f32, then rounded), rounded once to bf16: the bf16 policy above (u_bf16 = 2**-8 below).
+  - tight, against the exact conv of the operands as the module holds them, rounded once to
+    bf16: the input rounded to bf16 (nearest even), and where the profile says the compiler
+    converts the weights too (converts_weights: torq-compile --torq-convert-dtypes) the
+    weights and bias rounded to bf16 (w8if32: the dequantized weights, as f32, then
+    rounded); the bf16 policy above applies (u_bf16 = 2**-8 below).
     This keeps the teeth: one flipped weight still shows at K = 512 x 9 x 9.
   - against the flavor's own oracle (TFLite, onnxruntime, the float64 conv of w8if32's
     dequantized weights), with the conversion as the error model: each product w x becomes

@@ -96,17 +96,6 @@ def manifest(root: Path | None = None) -> dict | None:
     return data if data.get("wheels") == _pins() and data.get("format") == FORMAT else None
 
 
-def tool(name: str, root: Path | None = None) -> str:
-    """The command that starts one Torq tool (its launcher), or a ConfigError naming the
-    command that installs it."""
-    found = manifest(root)
-    if found is None:
-        raise ConfigError("CONV_SWEEP_TARGET", NAME,
-                          f"the Torq toolchain is not installed in {install_dir(root or root_from_env())}; "
-                          f"install it with `{INSTALL_COMMAND}`")
-    return found["tools"][name]
-
-
 def _pins() -> dict:
     return {dist: {"version": v, "sha256": d} for dist, (v, d) in WHEELS.items()}
 

@@ -81,7 +81,9 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     bias_step = tolerance.separate_bias_term(refs["bias_free"]) if separate_bias else 0.0
     if "bf16" in refs:  # an f32 model converted to bf16 by the compiler
         wide = actual.astype(expected.dtype)  # bf16 -> f32 is exact
-        checks = [compare("vs float64 conv of the bf16-rounded operands, rounded to bf16", refs["bf16"], actual,
+        operands = "bf16-rounded operands" if profile is None or profile.converts_weights else \
+            "bf16-rounded input and f32 weights"
+        checks = [compare(f"vs float64 conv of the {operands}, rounded to bf16", refs["bf16"], actual,
                           tolerance.bf16_tolerance(refs["bf16"], k, t, b) + bias_step)]
         if case.flavor == "w8if32":
             checks.append(compare("vs float64 conv of the dequantized int8 weights (bf16 conversion bound)", exact,
@@ -154,8 +156,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         notes["estimated_npu_cycles"] = estimated_time(case_dir / PROFILE)
     x_module, converted = module_input(case, x, sig)
     start = time.monotonic()
-    refs = call("pipeline.oracle:evaluate", case, model, x, converted, helper="oracle", stage="oracle",
-                timeout=timeout, log=case_dir / "oracle.log")
+    refs = call("pipeline.oracle:evaluate", case, model, x, converted, profile.converts_weights, helper="oracle",
+                stage="oracle", timeout=timeout, log=case_dir / "oracle.log")
     weights = refs["weights"]
     stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
     save_npy(case_dir / EXPECTED, refs["expected"])

@@ -11,7 +11,7 @@ DOIT = [sys.executable, "-m", "doit"]
 
 # The user's compiler, its flags and the timeout apply to the tests too; what is swept and
 # where it is built is the tests' own.
-HONOURED = ("CONV_SWEEP_IREE_COMPILE", "CONV_SWEEP_COMPILE_FLAGS", "CONV_SWEEP_TIMEOUT")
+HONOURED = ("CONV_SWEEP_IREE_COMPILE", "CONV_SWEEP_COMPILE_FLAGS", "CONV_SWEEP_TIMEOUT", "CONV_SWEEP_TOOLCHAIN_DIR")
 
 
 def clean_env(**knobs) -> dict:
@@ -30,8 +30,10 @@ def write_spec(path: Path, geometries: list[dict]) -> Path:
     return path
 
 
-def results(build_dir: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(build_dir).glob("cases/*/result.json"))}
+def results(build_dir: Path, target: str = "llvm-cpu") -> dict[str, dict]:
+    """case name -> its result.json on the target."""
+    return {p.parent.parent.name: json.loads(p.read_text())
+            for p in sorted(Path(build_dir).glob(f"cases/*/{target}/result.json"))}
 
 
 def executed(run: subprocess.CompletedProcess) -> list[str]:
@@ -42,6 +44,7 @@ def executed(run: subprocess.CompletedProcess) -> list[str]:
 
 
 def by_stage(names: list[str]) -> dict[str, int]:
+    """Task counts per stage."""
     counts = {"model": 0, "mlir": 0, "vmfb": 0, "verify": 0}
     for name in names:
         counts[name.split(":")[0]] += 1
@@ -60,3 +63,46 @@ def tiny_categories(**changes) -> list[dict]:
 def write_categories(path: Path, categories: list[dict]) -> Path:
     path.write_text(json.dumps({"categories": categories}))
     return path
+
+
+# An iree-compile that gives an f32 TOSA module bf16 I/O (stock IREE has no flag for it): the
+# entry function becomes private, and a new public @main converts around it
+# (arith.extf / call / arith.truncf). Other inputs go to the real compiler unchanged.
+BF16_IO_WRAPPER = """#!{python}
+import os, re, subprocess, sys, tempfile
+args = sys.argv[1:]
+made = None
+text = open(args[0]).read()
+m = re.search(r"func\\.func @main\\(%arg0: tensor<([0-9x]+)xf32>[^)]*\\) -> \\(tensor<([0-9x]+)xf32>", text)
+if m:
+    i, o = m.group(1), m.group(2)
+    text = text.replace("func.func @main(", "func.func private @main_f32(", 1)
+    entry = (f"  func.func @main(%a: tensor<{{i}}xbf16>) -> tensor<{{o}}xbf16> {{{{\\n"
+             f"    %x = arith.extf %a : tensor<{{i}}xbf16> to tensor<{{i}}xf32>\\n"
+             f"    %y = call @main_f32(%x) : (tensor<{{i}}xf32>) -> tensor<{{o}}xf32>\\n"
+             f"    %r = arith.truncf %y : tensor<{{o}}xf32> to tensor<{{o}}xbf16>\\n"
+             f"    return %r : tensor<{{o}}xbf16>\\n  }}}}\\n")
+    end = text.rindex("}}")
+    fd, made = tempfile.mkstemp(suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(text[:end] + entry + text[end:])
+    args[0] = made
+status = subprocess.run([{real!r}, *args]).returncode
+if made:
+    os.unlink(made)
+sys.exit(status)
+"""
+
+
+def write_wrapper(path: Path, template: str, real: str) -> Path:
+    """An executable wrapper around the real compiler, from a template with {real} (and {python})."""
+    path.write_text(template.format(real=real, python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def real_compiler() -> str:
+    """The stock iree-compile the llvm-cpu target resolves to."""
+    from pipeline.config import Config
+
+    return Config.from_env(clean_env()).target("llvm-cpu").compiler

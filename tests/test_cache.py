@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from helpers import by_stage, clean_env, doit, executed, results, tiny_categories, write_categories
+from helpers import by_stage, clean_env, doit, executed, real_compiler, results, tiny_categories, write_categories
 
 pytestmark = pytest.mark.slow
 FLAGS = "--iree-vm-bytecode-module-strip-source-map=true"
@@ -51,7 +51,7 @@ def test_another_compiler_executable_reruns_the_compile_stage(sweep):
     from pipeline.config import Config
 
     wrapper = sweep["tmp"] / "my-iree-compile"
-    wrapper.write_text(f'#!/bin/sh\nexec {Config.from_env(clean_env()).iree_compile} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec {real_compiler()} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     counts = by_stage(sweep["run"](CONV_SWEEP_IREE_COMPILE=wrapper))
     assert counts == {"model": 0, "mlir": 0, "vmfb": 25, "verify": 0}  # same compiler, same bytes
@@ -61,7 +61,7 @@ def test_raising_n_runs_only_the_new_geometries(sweep):
     before = set(results(sweep["tmp"] / "build"))
     ran = sweep["run"](CONV_SWEEP_N=2)
     assert by_stage(ran) == {"model": 25, "mlir": 25, "vmfb": 25, "verify": 25}  # 5 geometries x 5 flavors
-    assert not {name.split(":")[1] for name in ran} & before
+    assert not {name.split(":")[1].split("@")[0] for name in ran} & before
 
 
 def test_changing_one_category_reruns_only_its_cases(sweep):
@@ -69,7 +69,7 @@ def test_changing_one_category_reruns_only_its_cases(sweep):
     write_categories(sweep["spec"], tiny_categories(t1={"seed": 999}))
     ran = sweep["run"]()
     assert ran, "the changed category produced no new tasks"
-    cases = {name.split(":")[1] for name in ran}
+    cases = {name.split(":")[1].split("@")[0] for name in ran}
     built = results(sweep["tmp"] / "build")
     assert all(built[c]["category"] == "t1" for c in cases)
     assert not cases & old
@@ -88,11 +88,12 @@ def test_damaged_artifacts_are_rebuilt_and_cascade_only_if_bytes_differ(sweep):
 
     build = sweep["tmp"] / "build" / "cases"
     free = sorted(build / case.name for case in Config.from_env(sweep["env"]).cases())  # not stale folders
+    located = {"model.vmfb": "llvm-cpu/model.vmfb"}  # the module is the target's, the rest shared
     plan = []
     for artifact, stage, consumer, damage in DAMAGE:
-        case = next(p for p in free if (p / artifact).exists())
+        case = next(p for p in free if (p / located.get(artifact, artifact)).exists())
         free.remove(case)
-        path = case / artifact
+        path = case / located.get(artifact, artifact)
         plan.append((case.name, path, _md5(path), stage, consumer))
         if damage == "truncate":
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
@@ -103,12 +104,39 @@ def test_damaged_artifacts_are_rebuilt_and_cascade_only_if_bytes_differ(sweep):
     ran = set(sweep["run"]())
     expected = set()
     for case, path, original, stage, consumer in plan:
-        assert f"{stage}:{case}" in ran, (path, sorted(ran))
-        expected.add(f"{stage}:{case}")
+        assert _task(stage, case) in ran, (path, sorted(ran))
+        expected.add(_task(stage, case))
         if _md5(path) != original:  # consumers re-run only if the rebuilt bytes differ
-            expected |= {f"{s}:{case}" for s in STAGES[STAGES.index(consumer):]}
+            expected |= {_task(s, case) for s in STAGES[STAGES.index(consumer):]}
     assert ran == expected
     assert sweep["run"]() == []
 
 
 STAGES = ["model", "mlir", "vmfb", "verify"]
+
+
+def _task(stage, case):
+    """model: and mlir: are shared by a model's cases on every target; vmfb: and verify: are per target."""
+    return f"{stage}:{case}@llvm-cpu" if stage in ("vmfb", "verify") else f"{stage}:{case}"
+
+
+def test_switching_targets_shares_models_and_keeps_both_results(sweep):
+    """A torq sweep of the same cases builds no model or MLIR; switching back to llvm-cpu runs
+    nothing; each target keeps its results, report and expected-failures list."""
+    env = {**sweep["env"], "CONV_SWEEP_TARGET": "torq"}
+    torq = doit("-n", "2", "-r", "json", "sweep", env=env)
+    ran = executed(torq)
+    counts = by_stage(ran)
+    assert counts["model"] == 0 and counts["mlir"] == 0, sorted(ran)
+    assert counts["vmfb"] == 50  # N=2: 10 geometries x 5 flavors
+    assert all(name.endswith("@torq") for name in ran)
+    assert sweep["run"]() == []  # back on llvm-cpu: everything is up to date
+    build = sweep["tmp"] / "build"
+    on_torq, on_cpu = results(build, "torq"), results(build, "llvm-cpu")
+    assert len(on_torq) == 50 and set(on_torq) <= set(on_cpu)
+    assert all(r["target"] == "torq" for r in on_torq.values())
+    assert all(r["status"] in ("pass", "error", "fail") for r in on_torq.values())
+    assert sum(r["status"] == "pass" for r in on_torq.values()) > 0
+    for target in ("llvm-cpu", "torq"):
+        assert (build / "report" / target / "results.json").is_file()
+    assert torq.returncode == (0 if all(r["status"] == "pass" for r in on_torq.values()) else 1)

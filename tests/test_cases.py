@@ -11,7 +11,8 @@ G = Geometry(2, (44, 51), (4, 4), (4, 4), 256, 512)
 def test_case_name_and_model_file():
     case = Case(G, "tflite", "w8i8", "sqsq")
     assert case.name == "conv_tflite_w8i8_w51_h44_f512_k4_c256_s4x4_pvalid"
-    assert case.model_file == "model.tflite" and case.entry_point == "main"
+    assert case.model_file == "model.tflite" and case.target == "llvm-cpu"
+    assert case.key == "conv_tflite_w8i8_w51_h44_f512_k4_c256_s4x4_pvalid@llvm-cpu"
     assert Case(G, "onnx", "bf16").model_file == "model.onnx"
 
 

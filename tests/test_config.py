@@ -9,7 +9,8 @@ from pipeline.errors import ConfigError
 def test_defaults(tmp_path):
     cfg = Config.from_env({}, default_build_dir=tmp_path)
     assert cfg.n == 50 and cfg.build_dir == tmp_path and cfg.compile_flags == ()
-    assert os.path.basename(cfg.iree_compile) == "iree-compile"
+    assert [t.name for t in cfg.targets] == ["llvm-cpu"]
+    assert os.path.basename(cfg.targets[0].compiler) == "iree-compile"
     assert len(cfg.cases()) == 1250
 
 
@@ -29,6 +30,10 @@ def test_knobs_are_read(tmp_path):
     ({"CONV_SWEEP_COMPILE_FLAGS": "--x='unclosed"}, "CONV_SWEEP_COMPILE_FLAGS"),
     ({"CONV_SWEEP_COMPILE_ONLY": "tflite_f16"}, "CONV_SWEEP_COMPILE_ONLY"),
     ({"CONV_SWEEP_SPEC": "/no/such/spec.json"}, "CONV_SWEEP_SPEC"),
+    ({"CONV_SWEEP_TARGET": "gpu"}, "CONV_SWEEP_TARGET"),
+    ({"CONV_SWEEP_TARGET": "vmvx,vmvx"}, "CONV_SWEEP_TARGET"),
+    ({"CONV_SWEEP_TARGET": "llvm-cpu,vmvx", "CONV_SWEEP_EXPECTED_FAILURES": "x.json"}, "CONV_SWEEP_EXPECTED_FAILURES"),
+    ({"CONV_SWEEP_TARGETS_FILE": "/no/such/targets.json"}, "CONV_SWEEP_TARGETS_FILE"),
 ])
 def test_bad_knob_names_field_and_value(tmp_path, env, field):
     with pytest.raises(ConfigError) as err:
@@ -43,3 +48,33 @@ def test_unwritable_build_folder_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         Config.from_env({"CONV_SWEEP_BUILD_DIR": str(blocker / "build")})
     assert err.value.field == "CONV_SWEEP_BUILD_DIR" and "not a writable folder" in str(err.value)
+
+
+def test_several_targets_share_the_geometries(tmp_path):
+    cfg = Config.from_env({"CONV_SWEEP_N": "1", "CONV_SWEEP_BUILD_DIR": str(tmp_path), "CONV_SWEEP_TARGET": "vmvx,llvm-cpu"})
+    cases = cfg.cases()
+    assert [t.name for t in cfg.targets] == ["vmvx", "llvm-cpu"]
+    assert len(cases) == 50 and len({c.key for c in cases}) == 50 and len({c.name for c in cases}) == 25
+    case = cases[0]
+    assert cfg.case_dir(case) == cfg.model_dir(case) / "vmvx"
+    assert cfg.target("vmvx").compile_flags(case.variant)[:2] == ("--iree-hal-target-device=local",
+                                                                    "--iree-hal-local-target-device-backends=vmvx")
+
+
+def test_compiler_override_applies_to_the_selected_target(tmp_path):
+    fake = tmp_path / "my-compile"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    cfg = Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), "CONV_SWEEP_TARGET": "vmvx",
+                           "CONV_SWEEP_IREE_COMPILE": str(fake), "CONV_SWEEP_COMPILE_FLAGS": "--extra"})
+    target = cfg.targets[0]
+    assert target.compiler == str(fake)
+    assert target.compile_flags("tflite_f32")[-1] == "--extra"
+    assert "--iree-hal-local-target-device-backends=vmvx" in target.compile_flags("tflite_f32")
+
+
+def test_torq_without_its_toolchain_names_the_install_command(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), "CONV_SWEEP_TARGET": "torq",
+                         "CONV_SWEEP_TOOLCHAIN_DIR": str(tmp_path / "none")})
+    assert err.value.field == "CONV_SWEEP_TARGET" and "doit toolchain" in str(err.value)

@@ -2,7 +2,8 @@
 
     pytest tests/test_conv_sweep.py -m conv_sweep -k conv_tflite_w8i8
 
-The selected cases are built and verified by doit (one `doit -n 2` run for the whole
+Case ids are case@target (CONV_SWEEP_TARGET selects the targets, as for doit). The selected
+cases are built and verified by doit (one `doit -n 2` run for the whole
 selection, reusing every up-to-date artifact); each test then reads its case's result.json.
 Honours the same CONV_SWEEP_* knobs as doit.
 """
@@ -34,7 +35,7 @@ def _params(cases, stages=None):
         if case.expect_stage and (stages is None or case.expect_stage in stages):
             marks.append(pytest.mark.xfail(reason=f"expected to fail at {case.expect_stage}: {case.expect_reason}",
                                            raises=ExpectedStageFailure, strict=True))
-        out.append(pytest.param(case, id=case.name, marks=marks))
+        out.append(pytest.param(case, id=case.key, marks=marks))
     return out
 
 
@@ -42,6 +43,8 @@ def _fail(case, result, message):
     if case.expect_stage and result.get("stage") == case.expect_stage:
         raise ExpectedStageFailure(message)
     pytest.fail(message, pytrace=False)
+
+
 JOBS = os.environ.get("CONV_SWEEP_JOBS", "2")
 STAGE_ORDER = ["model", "mlir", "vmfb", "verify"]
 
@@ -59,7 +62,7 @@ def built(request):
             if case.expect_stage:  # the chain of an expected failure ends at the task that should fail
                 stage = TASK_OF_STAGE[case.expect_stage] if stage == "verify" else \
                     min(stage, TASK_OF_STAGE[case.expect_stage], key=STAGE_ORDER.index)
-            tasks.append(f"{stage}:{case.name}")
+            tasks.append(f"{stage}:{case.name if stage in ('model', 'mlir') else case.key}")
     run = doit("-n", JOBS, *dict.fromkeys(tasks), env=dict(os.environ), timeout=None)
     return run
 
@@ -81,7 +84,7 @@ def test_conv_sweep_compile(case, built):
 def test_conv_sweep_numeric(case, built):
     result = _result(case)
     if not result:
-        pytest.fail(f"no result.json for {case.name}; doit said:\n{built.stdout[-2000:]}", pytrace=False)
+        pytest.fail(f"no result.json for {case.key}; doit said:\n{built.stdout[-2000:]}", pytrace=False)
     if result["status"] not in ("pass", "xpass"):
         where = f" (log: {result['log']})" if result.get("log") else ""
         _fail(case, result, f"{result['status']} at {result['stage']}: {result['reason']}{where}")

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.slow
 GEOMETRIES = [{"category": "small", "rank": 2 if i % 2 else 1, "spatial": [12 + i] * (2 if i % 2 else 1),
                "kernel": [3] * (2 if i % 2 else 1), "stride": [1 + i % 3] * (2 if i % 2 else 1),
                "c_in": 2 ** (i % 4), "c_out": 4} for i in range(6)]
-TARGETS = {"model": ("model.tflite", "model.onnx"), "mlir": ("model.mlir",), "vmfb": ("model.vmfb",),
-           "verify": ("result.json",)}
+TARGETS = {"model": ("model.tflite", "model.onnx"), "mlir": ("model.mlir",), "vmfb": ("llvm-cpu/model.vmfb",),
+           "verify": ("llvm-cpu/result.json",)}
 
 
 def _finished_tasks(build):
@@ -22,7 +22,7 @@ def _finished_tasks(build):
     for case_dir in (build / "cases").iterdir() if (build / "cases").is_dir() else ():
         for stage, names in TARGETS.items():
             if any((case_dir / name).exists() for name in names):
-                done.add(f"{stage}:{case_dir.name}")
+                done.add(f"{stage}:{case_dir.name}" + ("@llvm-cpu" if stage in ("vmfb", "verify") else ""))
     return done
 
 
@@ -30,7 +30,8 @@ def _outcome(build):
     """What a run produced: per case its status, metrics and output bytes."""
     out = {}
     for name, result in results(build).items():
-        arrays = tuple((build / "cases" / name / f).read_bytes() for f in ("input.npy", "expected.npy", "actual.npy"))
+        arrays = tuple((build / "cases" / name / f).read_bytes()
+                       for f in ("input.npy", "llvm-cpu/expected.npy", "llvm-cpu/actual.npy"))
         out[name] = (result["status"], json.dumps(result["metrics"], sort_keys=True), arrays)
     return out
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import by_stage, clean_env, doit, executed, results, write_spec
+from helpers import by_stage, clean_env, doit, executed, real_compiler, results, write_spec
 
 pytestmark = pytest.mark.slow
 GEOMETRIES = [
@@ -38,7 +38,7 @@ def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
     from pipeline.config import Config
 
     wrapper = tmp_path / "flaky-iree-compile"
-    wrapper.write_text(WRAPPER.format(real=Config.from_env(clean_env()).iree_compile))
+    wrapper.write_text(WRAPPER.format(real=real_compiler()))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", GEOMETRIES), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper,
@@ -58,8 +58,8 @@ def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
         variant = f"{result['backend']}_{result['flavor']}"
         assert (result["status"], result["stage"]) == ("error", "compile"), name
         assert EXPECTED[variant] in result["reason"], (name, result["reason"])
-        assert "compile.log" in result["log"] and (tmp_path / "build" / "cases" / name / "compile.log").exists()
-        assert f"{name}: compile failed: " in run.stdout + run.stderr
+        assert "compile.log" in result["log"] and (tmp_path / "build" / "cases" / name / "llvm-cpu" / "compile.log").exists()
+        assert f"{name}@llvm-cpu: compile failed: " in run.stdout + run.stderr
 
     # failed cases are re-attempted on the next run, and only they
     rerun = doit("-n", "2", "-r", "json", "sweep", env=env, timeout=300)

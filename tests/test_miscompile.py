@@ -65,26 +65,42 @@ def flip_onnx_weight(model_in, model_out):
     onnx.save(model, str(model_out))
 
 
+TARGETS = ["llvm-cpu", "vmvx", "torq"]
+# torq-compile 2.3.0 fails every TFLite f32 and w8if32 model (in the torq expected-failures list):
+# without a module there is nothing to miscompile.
+NO_MODULE = {("torq", "tflite", "f32"), ("torq", "tflite", "w8if32")}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("backend, flavor", VARIANTS, ids=[f"{b}_{f}" for b, f in VARIANTS])
-def test_one_flipped_weight_fails_the_case(tmp_path, backend, flavor):
-    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
-    case = Case(LARGEST, backend, flavor)
-    case_dir = cfg.case_dir(case)
-    for stage in (stages.model, stages.mlir, stages.vmfb, stages.verify):
+def test_one_flipped_weight_fails_the_case(tmp_path, target, backend, flavor):
+    if (target, backend, flavor) in NO_MODULE:
+        pytest.skip(f"torq-compile does not compile {backend}_{flavor} models (expected failure)")
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET=target))
+    case = Case(LARGEST, backend, flavor, target=target)
+    model_dir, case_dir = cfg.model_dir(case), cfg.case_dir(case)
+    for stage in (stages.model, stages.mlir):
+        assert stage([case], cfg) is None
+    for stage in (stages.vmfb, stages.verify):
         assert stage(case, cfg) is None
     assert read_result(case_dir)["status"] == "pass"
 
     work = tmp_path / "flipped"
     work.mkdir()
     flipped = work / case.model_file
-    (flip_tflite_weight if backend == "tflite" else flip_onnx_weight)(case_dir / case.model_file, flipped)
+    (flip_tflite_weight if backend == "tflite" else flip_onnx_weight)(model_dir / case.model_file, flipped)
     import_model(case, flipped, work / "model.mlir", timeout=cfg.timeout, log=work / "import.log")
-    compile_mlir(work / "model.mlir", work / "model.vmfb", compiler=cfg.iree_compile, flags=cfg.compile_flags,
-                 timeout=cfg.timeout, log=work / "compile.log")
+    compiled = cfg.target(target)
+    compile_mlir(work / stages.mlir_input(case, cfg), work / "model.vmfb", compiler=compiled.compiler,
+                 flags=compiled.compile_flags(case.variant), timeout=cfg.timeout, log=work / "compile.log")
     shutil.copy(work / "model.vmfb", case_dir / "model.vmfb")  # the "miscompiled" module
 
-    result = verify_case(case, case_dir, timeout=cfg.timeout)
+    result = verify_case(case, compiled, model_dir, case_dir, timeout=cfg.timeout)
     assert result.status == "fail", result.reason
-    assert all(not m["passed"] for name, m in result.metrics.items() if "TFLite hybrid" not in name)
+    # every check fails, except those against a different arithmetic whose bound is wider than
+    # one flipped weight (TFLite's hybrid kernel; the f32 oracle of a model run in bf16)
+    loose = ("TFLite hybrid", "bf16 conversion bound")
+    assert all(not m["passed"] for name, m in result.metrics.items() if not any(w in name for w in loose))
+    assert any("bf16-rounded" in name or not any(w in name for w in loose) for name in result.metrics)
     assert "outside tolerance" in result.reason

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from helpers import ROOT, clean_env, doit, results, write_spec
+from helpers import ROOT, clean_env, doit, real_compiler, results, write_spec
 
 pytestmark = pytest.mark.slow
 GEOMETRIES = [
@@ -38,7 +38,7 @@ def scenario(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("report")
     wrapper = tmp / "iree-compile-wrapper"
-    wrapper.write_text(WRAPPER.format(real=Config.from_env(clean_env()).iree_compile))
+    wrapper.write_text(WRAPPER.format(real=real_compiler()))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
     expected = tmp / "expected.json"
     expected.write_text(json.dumps({"expected_failures": EXPECTED}))
@@ -60,8 +60,8 @@ def test_statuses_and_exit_code(scenario):
 
 def test_failure_message_ends_with_repro(scenario):
     out = scenario["run"].stdout + scenario["run"].stderr
-    line = next(l for l in out.splitlines() if l.startswith(f"conv_onnx_f32_{G1}: compile failed:"))
-    assert line.endswith(f"cases/conv_onnx_f32_{G1}/repro.sh")
+    line = next(l for l in out.splitlines() if l.startswith(f"conv_onnx_f32_{G1}@llvm-cpu: compile failed:"))
+    assert line.endswith(f"cases/conv_onnx_f32_{G1}/llvm-cpu/repro.sh")
     assert "error: 'linalg.conv_1d' op injected failure" in line
 
 
@@ -76,18 +76,19 @@ def test_summary_table_in_the_terminal(scenario):
 
 
 def test_results_json_holds_every_case(scenario):
-    doc = json.loads((scenario["build"] / "report" / "results.json").read_text())
+    doc = json.loads((scenario["build"] / "report" / "llvm-cpu" / "results.json").read_text())
     assert len(doc["cases"]) == 10
     case = next(c for c in doc["cases"] if c["case"] == f"conv_tflite_w8i8_{G2}")
     metric = next(iter(case["metrics"].values()))
     for key in ("max_abs_error", "max_rel_error", "max_tolerance", "error_to_tolerance", "lsb_histogram"):
         assert key in metric
     assert set(case["geometry"]) >= {"spatial", "kernel", "stride", "c_in", "c_out"}
-    assert "compile" in case["stages"] and "iree-compile" in doc["tools"]
+    assert "compile" in case["stages"] and "iree-compile" in doc["tools"]["compiler"]
+    assert case["target"] == "llvm-cpu" and doc["tools"]["target"].startswith("llvm-cpu")
 
 
 def test_buckets_abstract_numbers_paths_and_shapes(scenario):
-    doc = json.loads((scenario["build"] / "report" / "results.json").read_text())
+    doc = json.loads((scenario["build"] / "report" / "llvm-cpu" / "results.json").read_text())
     bucket = doc["buckets"][0]
     assert bucket["count"] == 2  # the onnx Conv1D cases, xfail and error, one signature
     assert bucket["signature"] == ("compile: iree-compile-wrapper exit status <n>: <path>:<n>:<n>: "
@@ -95,7 +96,7 @@ def test_buckets_abstract_numbers_paths_and_shapes(scenario):
 
 
 def test_junit_xml_one_testcase_per_case(scenario):
-    root = ET.parse(scenario["build"] / "report" / "junit.xml").getroot()
+    root = ET.parse(scenario["build"] / "report" / "llvm-cpu" / "junit.xml").getroot()
     suite = root.find("testsuite")
     cases = suite.findall("testcase")
     assert len(cases) == 10
@@ -105,7 +106,7 @@ def test_junit_xml_one_testcase_per_case(scenario):
 
 
 def test_report_html_is_self_contained_and_renders(scenario, tmp_path):
-    page = scenario["build"] / "report" / "report.html"
+    page = scenario["build"] / "report" / "llvm-cpu" / "report.html"
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3
     assert not re.search(r"""(src|href)=["']?https?:""", text)
@@ -126,7 +127,7 @@ def test_report_html_is_self_contained_and_renders(scenario, tmp_path):
 
 def test_repro_passes_and_catches_a_corrupted_expected_output(scenario):
     for name in (f"conv_tflite_f32_{G1}", f"conv_tflite_w8i8_{G2}", f"conv_onnx_bf16_{G2}"):
-        repro = scenario["build"] / "cases" / name / "repro.sh"
+        repro = scenario["build"] / "cases" / name / "llvm-cpu" / "repro.sh"
         ok = subprocess.run(["bash", str(repro)], capture_output=True, text=True, timeout=120)
         assert ok.returncode == 0, ok.stderr[-2000:]
         expected = repro.parent / "repro-expected.bin"

@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.targets import DEFAULT_TARGET, load_profiles, select
+
+# The compile command llvm-cpu had before targets were profiles: it must stay byte for byte.
+LLVM_CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                  "--iree-llvmcpu-target-cpu=host", "--mlir-disable-threading")
+
+
+def test_builtin_profiles():
+    profiles = load_profiles()
+    assert {"llvm-cpu", "vmvx", "torq"} <= set(profiles)
+    assert DEFAULT_TARGET == "llvm-cpu"
+    llvm = profiles["llvm-cpu"]
+    assert llvm.flags_for("onnx_bf16") == LLVM_CPU_FLAGS and llvm.runner == "iree-run-module"
+    assert llvm.run_flags == ("--device=local-sync",) and llvm.toolchain is None
+    vmvx = profiles["vmvx"]  # inherits everything but the flags from llvm-cpu
+    assert "--iree-hal-local-target-device-backends=vmvx" in vmvx.flags and vmvx.runner == llvm.runner
+    torq = profiles["torq"]
+    assert torq.toolchain == "torq" and torq.compiler == "torq-compile" and torq.mlir == "bytecode"
+    assert torq.flags_for("tflite_f32")[-2:] == ("--torq-convert-dtypes", "--torq-convert-io-dtype")
+    assert "--torq-convert-dtypes" not in torq.flags_for("tflite_w8i8")
+    assert torq.function("onnx") == "main_graph" and torq.function("tflite") == "main"
+    assert all(p.compile_only == () for p in profiles.values())  # every built-in flavor is numeric
+
+
+def test_user_file_overrides_and_adds_profiles(tmp_path):
+    user = tmp_path / "targets.json"
+    user.write_text(json.dumps({"targets": {
+        "llvm-cpu": {"run_flags": ["--device=local-task"]},
+        "znver4": {"base": "llvm-cpu", "doc": "cross-compiled", "flags": ["--iree-llvmcpu-target-cpu=znver4"]},
+    }}))
+    profiles = load_profiles(user)
+    assert profiles["llvm-cpu"].run_flags == ("--device=local-task",)
+    assert profiles["llvm-cpu"].flags == LLVM_CPU_FLAGS  # fields not named stay
+    assert profiles["znver4"].flags == ("--iree-llvmcpu-target-cpu=znver4",)
+    assert profiles["znver4"].run_flags == ("--device=local-task",)  # inherits the overridden base
+    assert [p.name for p in select("znver4, llvm-cpu", profiles)] == ["znver4", "llvm-cpu"]
+
+
+@pytest.mark.parametrize("profile, field", [
+    ({"base": "llvm-cpu", "flags": "--one-string"}, "flags"),
+    ({"base": "llvm-cpu", "io": "hdf5"}, "io"),
+    ({"base": "llvm-cpu", "flavors": ["onnx_int4"]}, "flavors"),
+    ({"base": "llvm-cpu", "colour": "red"}, "colour"),
+    ({"base": "nowhere"}, "base"),
+    ({"doc": "no compiler"}, "compiler"),
+    ({"base": "llvm-cpu", "profiling": ["--dump"]}, "profiling"),
+])
+def test_bad_profile_names_file_and_field(tmp_path, profile, field):
+    user = tmp_path / "targets.json"
+    user.write_text(json.dumps({"targets": {"mine": profile}}))
+    with pytest.raises(ConfigError) as err:
+        load_profiles(user)
+    assert err.value.field.startswith(f"CONV_SWEEP_TARGETS_FILE ({user}).targets.mine.{field}")
+
+
+def test_selection_is_checked():
+    profiles = load_profiles()
+    assert [p.name for p in select("", profiles)] == ["llvm-cpu"]
+    with pytest.raises(ConfigError, match="CONV_SWEEP_TARGET='gpu'"):
+        select("gpu", profiles)
