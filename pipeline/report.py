@@ -124,6 +124,13 @@ def stage_totals(entries: list[dict]) -> dict[str, float]:
     return dict(totals)
 
 
+def int8_allowance(entries: list[dict]) -> dict:
+    """How many w8i8 cases (and output elements) needed a single-rounding target's 1-LSB allowance."""
+    used = [int((e.get("notes") or {}).get("int8_allowance_used", 0)) for e in entries
+            if "int8_allowance_used" in (e.get("notes") or {})]
+    return {"checked": len(used), "cases": sum(u > 0 for u in used), "elements": sum(used)}
+
+
 def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None) -> str:
     cols, rows = summary_rows(entries)
     parts = [format_table(["", *cols, "total"], rows)]
@@ -131,6 +138,10 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if totals:
         parts.append("stage time (s): " + ", ".join(f"{s} {t:.1f}" for s, t in sorted(totals.items(), key=lambda i: -i[1])))
         parts.append("slowest: " + "; ".join(f"{stage} {case} {sec:.2f} s" for case, stage, sec in slowest(entries)))
+    allowance = int8_allowance(entries)
+    if allowance["cases"]:
+        parts.append(f"int8 requantization-tie allowance (1 LSB): used by {allowance['cases']} of "
+                     f"{allowance['checked']} w8i8 cases, {allowance['elements']} elements")
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         parts.append(f"[{b['count']}] {b['signature'][:160]}\n      e.g. {', '.join(b['examples'])}")
     if report_dir:
@@ -177,6 +188,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
     groups = buckets(entries)
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
+                "int8_allowance": int8_allowance(entries),
                 "stage_seconds": stage_totals(entries), "cases": entries}
     write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
     write_text(report_dir / "junit.xml", junit_xml(entries))

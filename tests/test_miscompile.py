@@ -18,12 +18,15 @@ from pipeline.result import read_result
 from pipeline.verify import verify_case
 
 LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)
+# torq-compile 2.3.0 compiles no 9x9 kernel ('linalg.conv_2d_nchw_fchw' op unsupported): on
+# torq, the largest reduction of the default sweep's that it compiles, 512 channels 5x5.
+TORQ_LARGEST = Geometry(2, (16, 16), (5, 5), (1, 1), 512, 8)
 VARIANTS = [(b, f) for b, flavors in FLAVORS.items() for f in flavors]
 
 
 def _flip_median(values: np.ndarray) -> None:
     """Negate, in place, the weight of median magnitude in the first output channel."""
-    first = values[: values.size // LARGEST.c_out]
+    first = values[: values.size // 8]  # c_out is 8 in every geometry here
     i = int(np.argsort(np.abs(first.astype(np.float64)))[first.size // 2])
     assert first[i] != 0
     first[i] = -first[i]
@@ -53,7 +56,7 @@ def flip_onnx_weight(model_in, model_out):
     init = next(i for i in model.graph.initializer if i.name == conv.input[1])
     if init.data_type == onnx.TensorProto.BFLOAT16:
         values = np.frombuffer(init.raw_data, dtype=np.uint16).copy()
-        first = values[: values.size // LARGEST.c_out]
+        first = values[: values.size // 8]  # c_out is 8 in every geometry here
         magnitudes = first & 0x7FFF  # bf16 bit patterns order like magnitudes
         i = int(np.argsort(magnitudes)[first.size // 2])
         first[i] ^= 0x8000
@@ -78,7 +81,7 @@ def test_one_flipped_weight_fails_the_case(tmp_path, target, backend, flavor):
     if (target, backend, flavor) in NO_MODULE:
         pytest.skip(f"torq-compile does not compile {backend}_{flavor} models (expected failure)")
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET=target))
-    case = Case(LARGEST, backend, flavor, target=target)
+    case = Case(TORQ_LARGEST if target == "torq" else LARGEST, backend, flavor, target=target)
     model_dir, case_dir = cfg.model_dir(case), cfg.case_dir(case)
     for stage in (stages.model, stages.mlir):
         assert stage([case], cfg) is None

@@ -29,3 +29,31 @@ def test_matches_torch_in_float64(geometry):
 def test_same_padding_puts_the_extra_element_last():
     assert same_padding(10, 4, 1) == (1, 2)
     assert same_padding(10, 3, 1) == (1, 1)
+
+
+def test_round_to_bf16_rounds_once_to_nearest_even():
+    """Against exact rational arithmetic, on values within 2**-17 of a bf16 tie, where a cast
+    through f32 rounds twice and can land on the wrong side."""
+    from fractions import Fraction
+
+    import ml_dtypes
+
+    from pipeline.reference import round_to_bf16
+
+    rng = np.random.default_rng(1)
+    base = rng.uniform(-4, 4, 3000).astype(ml_dtypes.bfloat16).astype(np.float64)
+    step = 2.0 ** (np.floor(np.log2(np.abs(base))) - 7)
+    values = base + step / 2 + rng.choice([-1, 1], base.size) * step * 2.0 ** -rng.integers(17, 40, base.size)
+    values = np.concatenate([values, base + step / 2])  # exact ties too
+
+    def nearest_even(v):
+        b = ml_dtypes.bfloat16(np.float32(v))
+        candidates = [np.nextafter(b, ml_dtypes.bfloat16(-np.inf)), b, np.nextafter(b, ml_dtypes.bfloat16(np.inf))]
+        distance = [abs(Fraction(float(c)) - Fraction(v)) for c in candidates]
+        best = [c for c, d in zip(candidates, distance) if d == min(distance)]
+        return float(next(c for c in best if len(best) == 1 or np.array(c).view(np.uint16) % 2 == 0))
+
+    want = np.array([nearest_even(v) for v in values])
+    assert (round_to_bf16(values).astype(np.float64) == want).all()
+    twice = values.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert (twice != want).any()  # the double rounding this avoids

@@ -72,7 +72,8 @@ def test_summary_table_in_the_terminal(scenario):
     total = next(l for l in out.splitlines() if l.startswith("total "))
     assert total.split() == ["total", "7", "0", "1", "1", "1", "10"]
     assert re.search(r"^flavor onnx_f32\s+1\s+0\s+1\s+0\s+0\s+2$", out, re.M)
-    assert "slowest:" in out and "report/report.html" in out
+    assert "slowest:" in out and "report/llvm-cpu/report.html" in out
+    assert out.count("target llvm-cpu: 10 cases") == 1
 
 
 def test_results_json_holds_every_case(scenario):

@@ -50,3 +50,64 @@ def test_atol_rtol_forms_match_the_per_element_tolerances():
     exact = tolerance.bf16_tolerance(e, 300, 0.05, 0.5)
     assert np.all(atol + rtol * np.abs(e) >= exact - 1e-300)
     assert np.all(atol + rtol * np.abs(e) <= 2 * exact)
+
+
+def _tflite_requantize(acc: int, q31: int, right_shift: int) -> int:
+    """TFLite's reference MultiplyByQuantizedMultiplier: two roundings, half away from zero."""
+    product = acc * q31
+    nudge = (1 << 30) if product >= 0 else 1 - (1 << 30)
+    high = abs(product + nudge) >> 31
+    high = high if product + nudge >= 0 else -high  # C division truncates toward zero
+    mask = (1 << right_shift) - 1
+    threshold = (mask >> 1) + (1 if high < 0 else 0)
+    return (high >> right_shift) + (1 if (high & mask) > threshold else 0)
+
+
+def _single_round(acc: int, q31: int, shift: int) -> int:
+    """One rounding, to nearest with ties toward +infinity (torq-compile's rescale)."""
+    return (acc * q31 + (1 << (shift - 1))) >> shift
+
+
+def test_requantization_windows_hold_every_difference_of_single_and_double_rounding():
+    rng = np.random.default_rng(7)
+    multipliers = rng.uniform(2.0 ** -16, 2.0 ** -9, 4)
+    acc = rng.integers(-2 ** 22, 2 ** 22, (50000, 4))
+    mantissa, exponent = np.frexp(multipliers)
+    q31 = [int(v) for v in np.round(mantissa * 2.0 ** 31)]
+    double = np.array([[_tflite_requantize(int(a), q31[c], int(-exponent[c])) for c, a in enumerate(row)] for row in acc])
+    single = np.array([[_single_round(int(a), q31[c], 31 - int(exponent[c])) for c, a in enumerate(row)] for row in acc])
+    real = acc * multipliers
+    windows = tolerance.requantization_windows(real, multipliers, channel_axis=-1)
+    differ = double != single
+    assert differ.any()  # the rounding difference is real
+    assert np.abs(double - single).max() == 1
+    assert windows[differ].all()  # every difference lies in a window
+    # and narrow (2**e of all values, e the multipliers' exponents): everything else stays bit-exact
+    assert windows.mean() < 2 * np.mean(2.0 ** exponent)
+
+
+def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():
+    assert tolerance.separate_bias_term(np.array([1.0, 0.3]))[0] == 2 ** -8
+    assert tolerance.separate_bias_term(np.array([1.0, 0.3]))[1] == 2 ** -10
+
+
+def test_converted_bound_covers_bf16_rounding_of_the_operands():
+    """An f32 conv computed from bf16-rounded operands stays within the conversion bound of the
+    exact conv, at every reduction size of the sweep."""
+    import ml_dtypes
+
+    from pipeline.reference import conv_nchw
+
+    for geometry in (Geometry(2, (10, 10), (3, 3), (1, 1), 4, 4), Geometry(2, (12, 12), (5, 5), (1, 1), 256, 2)):
+        kernel, bias = conv_weights(geometry, 3)
+        x = np.random.default_rng(3).uniform(-1, 1, (1, geometry.c_in, *geometry.spatial))
+        exact = conv_nchw(x, kernel, bias, geometry)
+
+        def bf16(a):
+            return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+        converted = bf16(conv_nchw(bf16(x), bf16(kernel), bf16(bias), geometry))
+        t = float(np.abs(kernel).max()) * float(np.abs(x).max())
+        tol = tolerance.converted_tolerance(exact, geometry.reduction, t, float(np.abs(bias).max()))
+        assert (np.abs(converted - exact) <= tol).all()
+        assert (np.abs(converted - exact) / tol).max() > 0.01  # the bound is not vacuous
