@@ -16,7 +16,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.expected import TASK_OF_STAGE
 from pipeline.integrity import file_record, unchanged
-from pipeline.fingerprint import executable_identity, stage_fingerprint
+from pipeline.fingerprint import cannot_start, executable_identity, stage_fingerprint
 from pipeline.targets import toolchain_identity
 
 _PROJECT = Path(__file__).resolve().parent
@@ -140,16 +140,23 @@ def _mlir_outputs(case):
 
 def _target_keys():
     """Per target: what identifies its compile and its run (executables and their --version,
-    flags, toolchain), so that changing a profile re-runs exactly that target's tasks."""
+    flags, toolchain), so that changing a profile re-runs exactly that target's tasks. A tool
+    that cannot start (a missing library) stops everything here, before any task."""
     keys = {}
     for target in CFG.targets:
         p = target.profile
         identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
+        tools = {role: executable_identity(path, CFG.build_dir)
+                 for role, path in (("compiler", target.compiler), ("runner", target.runner),
+                                    ("dump_tool", target.dump_tool))}
+        for role, tool in tools.items():
+            problem = cannot_start(tool["version"])
+            if problem:
+                raise SystemExit(f"conv-sweep: bad configuration, nothing was run: target {p.name}: "
+                                 f"{role} {tool['path']} cannot start: {problem}")
         keys[p.name] = (
-            {**identity, "compiler": executable_identity(target.compiler, CFG.build_dir), "mlir": p.mlir,
-             "profiling": list(p.profiling)},
-            {**identity, "runner": executable_identity(target.runner, CFG.build_dir),
-             "dump_tool": executable_identity(target.dump_tool, CFG.build_dir), "profile": p.to_dict()})
+            {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
+            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict()})
     return keys
 
 

@@ -43,7 +43,7 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
 
     With `profiling` flags (naming the timeline file as {csv}), the same compile also writes
     the compiler's estimated timeline to PROFILE beside the module (torq-compile's profiling
-    flags leave the module's bytes unchanged; tests/test_targets.py checks it)."""
+    flags leave the module unchanged; tests/test_compiler.py checks it)."""
     name = Path(compiler).name
     vmfb = Path(vmfb)
     (vmfb.parent / PROFILE).unlink(missing_ok=True)

@@ -62,15 +62,32 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
     except (OSError, ValueError):
         known = {}
     if key not in known:
-        known[key] = _ask_version(real)
+        version = _ask_version(real)
+        if cannot_start(version):  # never kept: the next run asks again
+            return {**identity, "version": version}
+        known[key] = version
         write_text(cache, json.dumps(known, indent=1) + "\n")
     return {**identity, "version": known[key]}
+
+
+_LOAD_FAILURES = ("error while loading shared libraries", "cannot open shared object", "not found (required by",
+                  "cannot start:")
+
+
+def cannot_start(version: str) -> str | None:
+    """The loader's complaint, when what `--version` printed says the executable cannot start."""
+    for line in version.splitlines():
+        if any(marker in line for marker in _LOAD_FAILURES):
+            return line.strip()
+    return None
 
 
 def _ask_version(path: str) -> str:
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except OSError as err:
+        return f"cannot start: {err.strerror}"
+    except subprocess.TimeoutExpired as err:
         return f"unknown ({type(err).__name__})"
     return (proc.stdout + proc.stderr).strip()[:2000] or f"unknown (exit status {proc.returncode})"

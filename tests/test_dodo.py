@@ -213,3 +213,38 @@ def test_selecting_torq_without_its_toolchain_stops_before_any_task(tmp_path):
     assert "CONV_SWEEP_TARGET='torq'" in run.stderr and "doit toolchain" in run.stderr
     assert run.stderr.strip().count("\n") == 0, run.stderr
     assert not (tmp_path / "build" / "cases").exists()
+
+
+def test_a_tool_that_cannot_start_is_a_configuration_error(tmp_path):
+    """A compiler whose library is missing stops the run before any task, naming the tool."""
+    broken = tmp_path / "iree-compile"
+    broken.write_text("#!/bin/sh\necho \"$0: error while loading shared libraries: libIREECompiler.so: "
+                      "cannot open shared object file: No such file or directory\" >&2\nexit 127\n")
+    broken.chmod(0o755)
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=broken)
+    run = doit("sweep", env=env, timeout=60)
+    assert run.returncode != 0
+    assert f"target llvm-cpu: compiler {broken} cannot start" in run.stderr
+    assert "libIREECompiler.so" in run.stderr and run.stderr.strip().count("\n") == 0, run.stderr
+    assert not (tmp_path / "build" / "cases").exists()
+
+
+def test_a_module_given_bf16_io_is_run_and_checked_in_bf16(tmp_path):
+    """The signature-driven path on stock IREE: a wrapper compiler gives the TFLite f32 module
+    bf16 I/O; verify reads that from the module, feeds bf16 and checks the bf16 output."""
+    from helpers import BF16_IO_WRAPPER, real_compiler, write_wrapper
+
+    wrapper = write_wrapper(tmp_path / "bf16-io-compile", BF16_IO_WRAPPER, real_compiler())
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper)
+    run = doit("-n", "2", "verify:conv_tflite_f32*", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    found = results(tmp_path / "build")
+    assert sorted(found) == sorted(n for n in NAMES if n.startswith("conv_tflite_f32_"))
+    for name, result in found.items():
+        assert result["status"] == "pass", (name, result["reason"])
+        assert result["notes"]["module_io"]["inputs"][0].endswith("xbf16")
+        assert result["notes"]["converted"] == "float32 model run in bfloat16"
+        # stock IREE keeps the f32 weights: the tight reference rounds only the input
+        assert "vs float64 conv of the bf16-rounded input and f32 weights, rounded to bf16" in result["metrics"]
+        assert (tmp_path / "build" / "cases" / name / "llvm-cpu" / "module-input.bin").is_file()

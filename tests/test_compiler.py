@@ -1,0 +1,66 @@
+import zipfile
+
+import numpy as np
+import pytest
+
+from pipeline.compiler import PROFILE, check_vmfb, compile_mlir, estimated_time
+from pipeline.errors import StageError
+
+
+def test_check_vmfb_rejects_empty_and_invalid(tmp_path):
+    empty = tmp_path / "empty.vmfb"
+    empty.write_bytes(b"")
+    with pytest.raises(StageError, match="empty or missing"):
+        check_vmfb(empty, "cc")
+    junk = tmp_path / "junk.vmfb"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(StageError, match="invalid .vmfb"):
+        check_vmfb(junk, "cc")
+    with zipfile.ZipFile(tmp_path / "fake.vmfb", "w") as z:
+        z.writestr("module.fb", b"\0" * 16)
+    with pytest.raises(StageError, match="no IREE module identifier"):
+        check_vmfb(tmp_path / "fake.vmfb", "cc")
+
+
+def test_estimated_time_is_the_timeline_span(tmp_path):
+    csv = tmp_path / "p.csv"
+    csv.write_text("taskId, elapsed_time(us), timestamp(us), event, location, bytes\n"
+                   "0,135,10,DMA In,loc(unknown),640\n1,43,145,DMA In,loc(unknown),204\n4,800,100,Slice 0,x,0\n")
+    assert estimated_time(csv) == 900 - 10
+    assert estimated_time(tmp_path / "missing.csv") is None
+
+
+@pytest.mark.slow
+def test_torq_profiling_leaves_the_module_unchanged(tmp_path):
+    """torq-compile's profiling flags write the estimated timeline in the same compile: the
+    module computes the same output as one compiled without them (its bytes vary by a few from
+    any compile to the next, profiling or not), so no second compile is needed."""
+    from helpers import clean_env
+    from pipeline import stages
+    from pipeline.cases import Case
+    from pipeline.config import Config
+    from pipeline.geometry import Geometry
+    from pipeline.runner import run_vmfb
+    from pipeline.signature import read
+
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
+    target = cfg.targets[0]
+    case = Case(Geometry(2, (12, 10), (3, 3), (1, 1), 16, 8), "tflite", "w8i8", target="torq")
+    assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None
+    mlir = cfg.model_dir(case) / stages.mlir_input(case, cfg)
+    outputs, sizes = [], []
+    for name, profiling in (("plain", ()), ("profiled", target.profile.profiling)):
+        folder = tmp_path / name
+        folder.mkdir()
+        compile_mlir(mlir, folder / "model.vmfb", compiler=target.compiler, flags=target.compile_flags(case.variant),
+                     timeout=300, log=folder / "compile.log", profiling=profiling)
+        assert (folder / PROFILE).is_file() == bool(profiling)
+        sig = read(target.dump_tool, folder / "model.vmfb", mlir, "main", stage="run", timeout=60,
+                   log=folder / "run.log")
+        actual, _ = run_vmfb(target.runner, target.profile.run_flags, folder / "model.vmfb", sig,
+                             [cfg.model_dir(case) / "input.npy"], "npy", timeout=300, log=folder / "run.log")
+        outputs.append(actual)
+        sizes.append((folder / "model.vmfb").stat().st_size)
+    assert sizes[0] == sizes[1]
+    assert np.array_equal(outputs[0], outputs[1])
+    assert estimated_time(tmp_path / "profiled" / PROFILE) > 0
