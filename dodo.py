@@ -42,11 +42,11 @@ DOIT_CONFIG = {
 }
 
 
-def _action(stage_fn, cases, targets):
-    """Run one stage (of one case, or of one model shared by its cases on every target); a
-    failure message becomes a doit task failure. On success the outputs' size, mtime and
+def _action(stage_fn, subject, targets):
+    """Run one stage of its subject (one case, or the cases sharing one model on every target);
+    a failure message becomes a doit task failure. On success the outputs' size, mtime and
     digest are saved with the task (doit values)."""
-    message = stage_fn(cases, CFG)
+    message = stage_fn(subject, CFG)
     if message:
         print(message, file=sys.stderr)
         return TaskFailed(message)
@@ -79,8 +79,8 @@ def _last_task(case):
 
 
 def _groups(stage):
-    """(task name, cases, model folder, output folder) per subtask: model and mlir are shared by a model's cases
-    on every target, vmfb and verify are one case on its target."""
+    """(task name, cases, model folder, output folder) per subtask: model and mlir are shared by
+    a model's cases on every target, vmfb and verify are one case on its target."""
     cases_root = str(CFG.build_dir / "cases")  # plain strings: 5,000 tasks load in a blink
     if stage in ("model", "mlir"):
         shared = {}
@@ -95,7 +95,8 @@ def _groups(stage):
 
 
 def _subtasks(stage, doc, stage_fn, file_dep, targets, extra=None, clean_case_dir=False):
-    """file_dep(case) names (model folder, file) pairs as (True, name), output-folder files as (False, name)."""
+    """One subtask per group; file_dep(case) names its inputs as (True, file) in the model
+    folder or (False, file) in the output folder, targets(case) its outputs."""
     for name, cases, model_folder, folder in _groups(stage):
         first = cases[0]
         # A task no case's chain reaches is not made; one at which every case's chain ends (an
@@ -177,18 +178,19 @@ def task_verify():
                          lambda c: {**_KEYS[c.target][1], "compile_only": c.compile_only}, clean_case_dir=True)
 
 
+def _install_toolchain():
+    from pipeline.toolchain import ToolchainError, install, root_from_env
+
+    try:
+        install(root_from_env(os.environ))
+    except ToolchainError as err:
+        return TaskFailed(f"conv-sweep: the Torq toolchain was not installed: {err}")
+    return None
+
+
 def task_toolchain():
     """Install the Torq toolchain (torq-compile, torq-run-module) outside the sources."""
-    def install():
-        from pipeline.toolchain import ToolchainError, install as install_toolchain
-
-        try:
-            install_toolchain()
-        except ToolchainError as err:
-            return TaskFailed(f"conv-sweep: the Torq toolchain was not installed: {err}")
-        return None
-
-    return {"actions": [(install,)], "verbosity": 2, "uptodate": [False]}
+    return {"actions": [(_install_toolchain,)], "verbosity": 2, "uptodate": [False]}
 
 
 def _report():

@@ -172,25 +172,25 @@ def requantization_input(case: Case, weights: ModelWeights, x: np.ndarray) -> np
     return float64_reference(case, weights, real_x) / weights.output_scale
 
 
-def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, round_weights: bool = True) -> dict:
+def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, round_weights: bool = True,
+             bias_free: bool = False, requantize: bool = False) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
     ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
-    dequantized weights ("exact"), for a model the compiler converted to bf16 the
-    bf16-operands reference ("bf16"), for bf16 checks the sum without the bias ("bias_free",
-    which a target that adds the bias separately rounds), and for w8i8 the real value of
-    every output before rounding ("requantize"). `round_weights`: the converting compiler
-    rounds weights and bias to bf16 too (else it keeps them in f32)."""
+    dequantized weights ("exact"); for an f32 model the compiler runs in bf16 (`converted`) the
+    bf16-operands reference ("bf16"), with the weights and bias rounded to bf16 too where the
+    compiler does (`round_weights`); for a target that adds the bias separately in bf16
+    (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
+    target (`requantize`), the real value of every output before rounding ("requantize")."""
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
         out["exact"] = float64_reference(case, weights, x).astype(np.float32)
+    held, x_held = weights, x.astype(np.float64)
     if converted:
-        held = bf16_operands(weights) if round_weights else weights
+        held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)
         out["bf16"] = bf16_operands_reference(case, held, x)
-        out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), _bf16(x))
-    elif case.flavor == "bf16":
-        out["bias_free"] = float64_reference(case, replace(weights, bias=np.zeros_like(weights.bias)),
-                                             x.astype(np.float64))
-    if case.flavor == "w8i8":
+    if bias_free and (converted or case.flavor == "bf16"):
+        out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
+    if requantize and case.flavor == "w8i8":
         out["requantize"] = requantization_input(case, weights, x)
     return out

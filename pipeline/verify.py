@@ -156,7 +156,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         notes["estimated_npu_cycles"] = estimated_time(case_dir / PROFILE)
     x_module, converted = module_input(case, x, sig)
     start = time.monotonic()
-    refs = call("pipeline.oracle:evaluate", case, model, x, converted, profile.converts_weights, helper="oracle",
+    refs = call("pipeline.oracle:evaluate", case, model, x, converted, profile.converts_weights,
+                profile.bf16_bias_add == "separate", profile.int8_rounding == "single-round", helper="oracle",
                 stage="oracle", timeout=timeout, log=case_dir / "oracle.log")
     weights = refs["weights"]
     stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
