@@ -25,7 +25,10 @@ class ModelWeights:
     input_scale: float = 0.0  # int8 input quantization (w8i8), 0 when the input is float
     output_scale: float = 0.0  # int8 output quantization (w8i8), 0 when the output is float
     input_zero_point: int = 0  # int8 input quantization (w8i8)
+    output_zero_point: int = 0  # int8 output quantization (w8i8)
     weight_scales: tuple = ()  # per output channel, when the kernel is stored as int8
+    kernel_int: np.ndarray | None = None  # w8i8: the stored int8 kernel, (c_out, c_in, *kernel)
+    bias_int: np.ndarray | None = None  # w8i8: the stored int32 bias
 
 
 def warm_up() -> None:
@@ -71,8 +74,10 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
         scales *= kernel.shape[0]
     bias, _ = _dequantize(interpreter, details[bias_index])
     kernel = kernel.transpose(0, 3, 1, 2)
+    kernel_int = interpreter.get_tensor(filter_index).transpose(0, 3, 1, 2).astype(np.int64)
     if case.geometry.rank == 1:
         kernel = kernel[:, :, 0, :]  # Conv1D is a CONV_2D with KH = 1
+        kernel_int = kernel_int[:, :, 0, :]
     inputs, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
     if inputs["dtype"] == np.float32:
         # The converter may leave the bias out of CONV_2D and add it in a separate ADD (it does
@@ -84,9 +89,12 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
         if not (offsets == offsets[0]).all():
             raise ValueError(f"{model}: output for a zero input is not one bias per channel")
         bias = offsets[0]
+    integer = inputs["dtype"] == np.int8
     return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
                         float(inputs["quantization"][0]), float(outputs["quantization"][0]),
-                        int(inputs["quantization"][1]), scales if quantized else ())
+                        int(inputs["quantization"][1]), int(outputs["quantization"][1]), scales if quantized else (),
+                        kernel_int if integer else None,
+                        interpreter.get_tensor(bias_index).astype(np.int64) if integer else None)
 
 
 def onnx_weights(model: Path) -> ModelWeights:
@@ -165,11 +173,12 @@ def bf16_operands(weights: ModelWeights) -> ModelWeights:
                         weights.weights_quantized)
 
 
-def requantization_input(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
-    """w8i8: the real value each output has before rounding and the output zero point,
-    acc * s_in * s_w / s_out, in float64 (exact to about 1e-16 relative)."""
-    real_x = (x.astype(np.float64) - weights.input_zero_point) * weights.input_scale
-    return float64_reference(case, weights, real_x) / weights.output_scale
+def accumulators(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """w8i8: every output's int32 accumulator, sum (x - zp_in) w + bias, from the stored
+    integers (the float64 conv of integers below 2**53 is exact), in the model's layout."""
+    integers = replace(weights, kernel=weights.kernel_int.astype(np.float64), bias=weights.bias_int.astype(np.float64))
+    acc = float64_reference(case, integers, x.astype(np.float64) - weights.input_zero_point)
+    return np.rint(acc).astype(np.int64)
 
 
 def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, round_weights: bool = True,
@@ -180,7 +189,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, ro
     bf16-operands reference ("bf16"), with the weights and bias rounded to bf16 too where the
     compiler does (`round_weights`); for a target that adds the bias separately in bf16
     (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
-    target (`requantize`), the real value of every output before rounding ("requantize")."""
+    target (`requantize`), every output's int32 accumulator ("accumulators")."""
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
@@ -192,5 +201,5 @@ def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, ro
     if bias_free and (converted or case.flavor == "bf16"):
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
     if requantize and case.flavor == "w8i8":
-        out["requantize"] = requantization_input(case, weights, x)
+        out["accumulators"] = accumulators(case, weights, x)
     return out

@@ -56,14 +56,12 @@ w8i8 on a target whose requantization rounds once (profile int8_rounding = "sing
 TFLite's reference kernels requantize acc * M / 2**S (M a 31-bit multiplier) in two
 roundings, half away from zero each: first to 2**-31 of the product, then the shift. An
 implementation that rounds once (torq-compile's rescale: round to nearest, ties toward
-+infinity, the 31-bit M kept while all channels share one shift) differs from it by exactly
-one LSB, and only where the real value r = acc * s_in * s_w / s_out lies within the first
-rounding's reach of a .5 tie: |frac(|r|) - 1/2| <= 2**(e - 1), with s_in s_w / s_out = m 2**e,
-m in [0.5, 1) (half a unit of 2**-31 of the product, in output LSBs).  The window also covers
-r's own error from M's 31-bit quantization (|r| 2**-30) and, where channels' shifts differ,
-the bits the single-round multiplier of a channel loses to the common shift (|r| 2**(S_c -
-S_min) / M_c).  Inside the window: 1 LSB; everywhere else: 0, bit-exact.  The report counts
-the elements and cases that used the allowance.
++infinity, the 31-bit M kept while all channels share one shift, truncated to the smallest
+shift where they differ) differs from it by exactly one LSB, and only where the real value
+r = acc M / 2**S lies within 2**(30 - S) output LSBs below a .5 tie in magnitude.  Both
+roundings are computed exactly, in integers, from each output's int32 accumulator: where they
+differ, 1 LSB; everywhere else, 0, bit-exact.  The report counts the elements and cases that
+used the allowance.
 """
 from __future__ import annotations
 
@@ -134,16 +132,46 @@ def separate_bias_term(bias_free: np.ndarray) -> np.ndarray:
     return bf16_ulp(bias_free) / 2.0
 
 
-def requantization_windows(real: np.ndarray, multipliers: np.ndarray, channel_axis: int) -> np.ndarray:
-    """Where single rounding may differ from TFLite's double rounding by one LSB (a bool array
-    shaped like `real`, the outputs' real values before rounding); `multipliers` is
-    s_in * s_w / s_out per output channel."""
+def quantized_multipliers(multipliers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's QuantizeMultiplier: s_in s_w / s_out = M / 2**S with M a 31-bit integer."""
     mantissa, exponent = np.frexp(np.asarray(multipliers, dtype=np.float64))  # m in [0.5, 1), e
-    q31 = np.round(mantissa * 2.0 ** 31)
-    shifts = 31 - exponent
-    shape = [1] * np.ndim(real)
+    q31 = np.round(mantissa * 2.0 ** 31).astype(np.int64)
+    exponent = np.where(q31 == 1 << 31, exponent + 1, exponent)
+    q31 = np.where(q31 == 1 << 31, 1 << 30, q31)
+    return q31, (31 - exponent).astype(np.int64)
+
+
+def _divide_toward_zero(value: np.ndarray, shift: int) -> np.ndarray:
+    return np.where(value >= 0, value >> shift, -((-value) >> shift))
+
+
+def tflite_requantize(acc: np.ndarray, q31: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """TFLite's reference MultiplyByQuantizedMultiplier (gemmlowp), in int64: the doubling
+    high multiply rounded half away from zero, then a rounding right shift (half away)."""
+    product = acc * q31
+    high = _divide_toward_zero(product + np.where(product >= 0, 1 << 30, 1 - (1 << 30)), 31)
+    right = shifts - 31
+    mask = (np.int64(1) << right) - 1
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + ((high & mask) > threshold)
+
+
+def single_round_requantize(acc: np.ndarray, q31: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """One rounding, to nearest with ties toward +infinity, every channel at the smallest shift
+    with its multiplier truncated to it (torq-compile's compute_scale and NTP rounding)."""
+    common = int(shifts.min())
+    multiplier = q31 >> (shifts - common)
+    return (acc * multiplier + (np.int64(1) << (common - 1))) >> common
+
+
+def requantization_differs(acc: np.ndarray, multipliers: np.ndarray, channel_axis: int) -> np.ndarray:
+    """Where single rounding and TFLite's double rounding give different int8 outputs (a bool
+    array shaped like `acc`, the outputs' int32 accumulators); `multipliers` is s_in s_w / s_out
+    per output channel. Both are computed exactly, in integers; clamping to [-128, 127] can only
+    hide a difference, so it is left out."""
+    q31, shifts = quantized_multipliers(multipliers)
+    shape = [1] * np.ndim(acc)
     shape[channel_axis] = -1
-    r = np.abs(np.asarray(real, dtype=np.float64))
-    lost = (2.0 ** (shifts - shifts.min()) / q31).reshape(shape)  # multiplier bits lost to a common shift
-    window = 2.0 ** (exponent - 1).reshape(shape) + r * (2.0 ** -30 + lost)
-    return np.abs(r - np.floor(r) - 0.5) <= window
+    q31, shifts = q31.reshape(shape), shifts.reshape(shape)
+    acc = np.asarray(acc, dtype=np.int64)
+    return tflite_requantize(acc, q31, shifts) != single_round_requantize(acc, q31, shifts)

@@ -100,7 +100,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     if case.flavor == "w8i8":
         if profile is not None and profile.int8_rounding == "single-round":
             multipliers = weights.input_scale * np.asarray(weights.weight_scales) / weights.output_scale
-            ties = tolerance.requantization_windows(refs["requantize"], multipliers, _channel_axis(case))
+            ties = tolerance.requantization_differs(refs["accumulators"], multipliers, _channel_axis(case))
             return [compare("vs TFLite reference kernels (bit-exact; 1 LSB at requantization ties)", expected,
                             actual, ties.astype(np.float64))]
         return [compare("vs TFLite reference kernels (bit-exact)", expected, actual, 0.0)]

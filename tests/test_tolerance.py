@@ -53,7 +53,7 @@ def test_atol_rtol_forms_match_the_per_element_tolerances():
 
 
 def _tflite_requantize(acc: int, q31: int, right_shift: int) -> int:
-    """TFLite's reference MultiplyByQuantizedMultiplier: two roundings, half away from zero."""
+    """TFLite's reference MultiplyByQuantizedMultiplier, one value at a time in Python integers."""
     product = acc * q31
     nudge = (1 << 30) if product >= 0 else 1 - (1 << 30)
     high = abs(product + nudge) >> 31
@@ -63,27 +63,26 @@ def _tflite_requantize(acc: int, q31: int, right_shift: int) -> int:
     return (high >> right_shift) + (1 if (high & mask) > threshold else 0)
 
 
-def _single_round(acc: int, q31: int, shift: int) -> int:
-    """One rounding, to nearest with ties toward +infinity (torq-compile's rescale)."""
-    return (acc * q31 + (1 << (shift - 1))) >> shift
-
-
-def test_requantization_windows_hold_every_difference_of_single_and_double_rounding():
+def test_requantization_differs_exactly_where_single_and_double_rounding_do():
+    """Against a scalar model in Python integers: the vectorized TFLite rounding is exact, the
+    differences to a single rounding are one LSB, all of them lie within 2**(30 - S) below a
+    .5 tie, and the allowance covers exactly those elements."""
     rng = np.random.default_rng(7)
     multipliers = rng.uniform(2.0 ** -16, 2.0 ** -9, 4)
-    acc = rng.integers(-2 ** 22, 2 ** 22, (50000, 4))
-    mantissa, exponent = np.frexp(multipliers)
-    q31 = [int(v) for v in np.round(mantissa * 2.0 ** 31)]
-    double = np.array([[_tflite_requantize(int(a), q31[c], int(-exponent[c])) for c, a in enumerate(row)] for row in acc])
-    single = np.array([[_single_round(int(a), q31[c], 31 - int(exponent[c])) for c, a in enumerate(row)] for row in acc])
-    real = acc * multipliers
-    windows = tolerance.requantization_windows(real, multipliers, channel_axis=-1)
-    differ = double != single
-    assert differ.any()  # the rounding difference is real
+    acc = rng.integers(-2 ** 22, 2 ** 22, (20000, 4))
+    q31, shifts = tolerance.quantized_multipliers(multipliers)
+    double = np.array([[_tflite_requantize(int(a), int(q31[c]), int(shifts[c]) - 31) for c, a in enumerate(row)]
+                       for row in acc])
+    single = np.array([[(int(a) * int(q31[c]) + (1 << (int(shifts[c]) - 1))) >> int(shifts[c])
+                        for c, a in enumerate(row)] for row in acc])
+    assert (tolerance.tflite_requantize(acc, q31, shifts) == double).all()
+    differs = tolerance.requantization_differs(acc, multipliers, channel_axis=-1)
+    assert (differs == (double != single)).all() and differs.any()
     assert np.abs(double - single).max() == 1
-    assert windows[differ].all()  # every difference lies in a window
-    # and narrow (2**e of all values, e the multipliers' exponents): everything else stays bit-exact
-    assert windows.mean() < 2 * np.mean(2.0 ** exponent)
+    real = np.abs(acc * q31 / 2.0 ** shifts)
+    below_tie = 0.5 - (real - np.floor(real))
+    window = np.broadcast_to(2.0 ** (30 - shifts), acc.shape)
+    assert (below_tie[differs] >= 0).all() and (below_tie[differs] <= window[differs] + 1e-12).all()
 
 
 def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():
