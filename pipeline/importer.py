@@ -2,9 +2,10 @@
 
 TFLite: tosa-converter-for-tflite to bytecode (its --text form does not parse in iree-compile),
 kept as model.mlirbc (MLIR bytecode is versioned: compilers carrying another MLIR version,
-such as torq-compile, read it) and printed as text by iree-opt. ONNX: iree-import-onnx. Both converters are Python command-line
-tools; their own entry points run here in-process (the helper imports them once), and the log
-records the equivalent command line, which is also what repro.sh runs.
+such as torq-compile, read it) and printed as text by iree-opt. ONNX: iree-import-onnx.
+Both converters are Python command-line tools; their own entry points run here in-process
+(the helper imports them once), and the log records the equivalent command line, which is
+also what repro.sh runs.
 """
 from __future__ import annotations
 
