@@ -9,18 +9,17 @@ Built-in profiles live in pipeline/targets.json (llvm-cpu, vmvx, torq); a JSON f
 same format (CONV_SWEEP_TARGETS_FILE) adds profiles or overrides fields of existing ones.
 A profile may name a `base` whose fields it inherits.
 
-Low-level module: imports only cases, errors and toolchain.
+Low-level module: imports only cases, errors, executables and toolchain.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .cases import VARIANTS
 from .errors import ConfigError, load_json
+from .executables import tool_path
 
 BUILTIN_FILE = Path(__file__).parent / "targets.json"
 DEFAULT_TARGET = "llvm-cpu"
@@ -213,8 +212,6 @@ def installed_toolchain(profile: Profile, root: Path) -> dict | None:
 def resolve_tool(profile: Profile, name: str, base: Path, manifest: dict | None = None) -> str:
     """The absolute command of one of the profile's tools: from its toolchain when it has
     one, else a path (relative to the user's folder) or a name looked up like config.tool_path."""
-    from .config import tool_path
-
     if os.sep in name:
         path = str(base / name)
     elif manifest is not None:
@@ -233,6 +230,3 @@ def toolchain_identity(manifest: dict | None) -> dict:
         return {}
     return {"wheels": manifest.get("wheels"), "c_runtime": manifest.get("c_runtime")}
 
-
-def digest(data) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

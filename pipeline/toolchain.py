@@ -14,7 +14,7 @@ An install is built in a temporary folder and renamed into place once complete, 
 (`toolchain.json`: wheel versions and digests, C runtime package versions) written last: a
 killed install leaves no folder that is trusted. A second install finds it and does nothing.
 
-Low-level module: imports only errors and tools.
+Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-
-from .errors import ConfigError
 
 NAME = "torq"
 WHEELS = {  # distribution -> (version, sha256 of its cp312 manylinux_2_39_x86_64 wheel)

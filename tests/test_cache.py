@@ -48,8 +48,6 @@ def test_compile_flags_rerun_compile_and_verify_only(sweep):
 
 
 def test_another_compiler_executable_reruns_the_compile_stage(sweep):
-    from pipeline.config import Config
-
     wrapper = sweep["tmp"] / "my-iree-compile"
     wrapper.write_text(f'#!/bin/sh\nexec {real_compiler()} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)

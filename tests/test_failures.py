@@ -35,8 +35,6 @@ EXPECTED = {
 
 
 def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
-    from pipeline.config import Config
-
     wrapper = tmp_path / "flaky-iree-compile"
     wrapper.write_text(WRAPPER.format(real=real_compiler()))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)

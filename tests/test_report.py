@@ -34,8 +34,6 @@ EXPECTED = [
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    from pipeline.config import Config
-
     tmp = tmp_path_factory.mktemp("report")
     wrapper = tmp / "iree-compile-wrapper"
     wrapper.write_text(WRAPPER.format(real=real_compiler()))
