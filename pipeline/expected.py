@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from functools import lru_cache
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,8 +54,17 @@ def load(path: str | Path, missing_ok: bool = False) -> tuple[Expectation, ...]:
 
 def match(name: str, expectations: tuple[Expectation, ...]) -> Expectation | None:
     """The entry naming the case exactly, else the first pattern that matches it."""
-    exact = next((e for e in expectations if e.case == name), None)
-    return exact or next((e for e in expectations if fnmatch.fnmatchcase(name, e.case)), None)
+    exact, patterns = _index(expectations)
+    return exact.get(name) or next((e for e in patterns if fnmatch.fnmatchcase(name, e.case)), None)
+
+
+@lru_cache(maxsize=8)
+def _index(expectations: tuple[Expectation, ...]) -> tuple[dict, list]:
+    """Exact names in a dict (a list accepted from a sweep names hundreds of cases), patterns in order."""
+    exact: dict[str, Expectation] = {}
+    for e in expectations:
+        exact.setdefault(e.case, e)
+    return exact, [e for e in expectations if any(c in e.case for c in "*?[")]
 
 
 def dump(expectations: list[Expectation]) -> str:
