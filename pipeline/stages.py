@@ -66,7 +66,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
         with open(log, "a") as f:
             f.write(traceback.format_exc())
         return failed(stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
-    record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
+    if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
+        record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
     if task == "verify":
         write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
     if isinstance(outcome, Result) and outcome.status == FAIL:
