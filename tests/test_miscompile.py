@@ -18,8 +18,9 @@ from pipeline.result import read_result
 from pipeline.verify import verify_case
 
 LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)
-# torq-compile 2.3.0 compiles no 9x9 kernel ('linalg.conv_2d_nchw_fchw' op unsupported): on
-# torq, the largest reduction of the default sweep's that it compiles, 512 channels 5x5.
+# torq-compile 2.3.0 does not compile this 9x9, 512-channel conv ('linalg.conv_2d_nchw_fchw' op
+# unsupported): on torq, 512 channels 5x5 (K = 12,800; the largest K of the default sweep that
+# passes on torq is 14,336).
 TORQ_LARGEST = Geometry(2, (16, 16), (5, 5), (1, 1), 512, 8)
 VARIANTS = [(b, f) for b, flavors in FLAVORS.items() for f in flavors]
 
