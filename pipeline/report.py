@@ -125,9 +125,10 @@ def stage_totals(entries: list[dict]) -> dict[str, float]:
 
 
 def int8_allowance(entries: list[dict]) -> dict:
-    """How many w8i8 cases (and output elements) needed a single-rounding target's 1-LSB allowance."""
+    """How many passing w8i8 cases (and output elements) needed a single-rounding target's 1-LSB
+    allowance (in a failing case the differing elements are not all allowed ones)."""
     used = [int((e.get("notes") or {}).get("int8_allowance_used", 0)) for e in entries
-            if "int8_allowance_used" in (e.get("notes") or {})]
+            if "int8_allowance_used" in (e.get("notes") or {}) and e["status"] in (PASS, XPASS)]
     return {"checked": len(used), "cases": sum(u > 0 for u in used), "elements": sum(used)}
 
 
@@ -141,7 +142,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     allowance = int8_allowance(entries)
     if allowance["cases"]:
         parts.append(f"int8 requantization-tie allowance (1 LSB): used by {allowance['cases']} of "
-                     f"{allowance['checked']} w8i8 cases, {allowance['elements']} elements")
+                     f"{allowance['checked']} passing w8i8 cases, {allowance['elements']} elements")
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         parts.append(f"[{b['count']}] {b['signature'][:160]}\n      e.g. {', '.join(b['examples'])}")
     if report_dir:
