@@ -16,7 +16,8 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.expected import TASK_OF_STAGE
 from pipeline.integrity import file_record, unchanged
-from pipeline.fingerprint import cannot_start, executable_identity, stage_fingerprint
+from pipeline.executables import cannot_start
+from pipeline.fingerprint import executable_identity, stage_fingerprint
 from pipeline.targets import toolchain_identity
 
 _PROJECT = Path(__file__).resolve().parent

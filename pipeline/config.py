@@ -24,7 +24,7 @@ from pathlib import Path
 from . import expected
 from .cases import Case, make_cases, parse_variants
 from .errors import ConfigError
-from .executables import tool_path
+from .executables import resolve
 from .sweep import DEFAULT_N, SweepSpec, load_spec
 from .targets import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
@@ -77,10 +77,10 @@ class Config:
             raise ConfigError("CONV_SWEEP_COMPILE_FLAGS", env["CONV_SWEEP_COMPILE_FLAGS"], str(err)) from None
         compiler = env.get("CONV_SWEEP_IREE_COMPILE") or None
         if compiler:
-            resolved = tool_path(compiler) if os.sep not in compiler else str(base / compiler)
-            if not resolved or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+            resolved = resolve(compiler, base)
+            if resolved is None:
                 raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
-            compiler = os.path.abspath(resolved)
+            compiler = resolved
         targets_file = env.get("CONV_SWEEP_TARGETS_FILE") or None
         profiles = select(env.get("CONV_SWEEP_TARGET", ""),
                           load_profiles(base / targets_file if targets_file else None))

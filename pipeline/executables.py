@@ -1,4 +1,4 @@
-"""Finding the executables of this environment.
+"""Finding the executables of this environment, and telling whether one can start.
 
 Low-level module: imports nothing from the rest of the package.
 """
@@ -30,3 +30,28 @@ def tool_path(name: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(name)
+
+
+def resolve(name: str, base: Path, known: dict | None = None) -> str | None:
+    """An executable's absolute path, or None if there is no executable file there: a path
+    (relative to `base`, the user's folder), a name in `known` (a toolchain's tools), or a name
+    looked up like tool_path."""
+    if os.sep in name:
+        path = str(Path(base) / name)
+    else:
+        path = (known or {}).get(name) or tool_path(name)
+    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None
+    return os.path.abspath(path)
+
+
+_LOAD_FAILURES = ("error while loading shared libraries", "cannot open shared object", "not found (required by",
+                  "cannot start:")
+
+
+def cannot_start(output: str) -> str | None:
+    """The loader's complaint, when what an executable printed says it cannot start."""
+    for line in output.splitlines():
+        if any(marker in line for marker in _LOAD_FAILURES):
+            return line.strip()
+    return None

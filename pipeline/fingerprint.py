@@ -11,6 +11,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from .executables import cannot_start
 from .tools import write_text
 
 PACKAGE_DIR = Path(__file__).parent
@@ -68,18 +69,6 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
         known[key] = version
         write_text(cache, json.dumps(known, indent=1) + "\n")
     return {**identity, "version": known[key]}
-
-
-_LOAD_FAILURES = ("error while loading shared libraries", "cannot open shared object", "not found (required by",
-                  "cannot start:")
-
-
-def cannot_start(version: str) -> str | None:
-    """The loader's complaint, when what `--version` printed says the executable cannot start."""
-    for line in version.splitlines():
-        if any(marker in line for marker in _LOAD_FAILURES):
-            return line.strip()
-    return None
 
 
 def _ask_version(path: str) -> str:

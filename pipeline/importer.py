@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .cases import Case
-from .config import tool_path
+from .executables import tool_path
 from .errors import StageError
 from .tools import atomic_output, run_tool
 

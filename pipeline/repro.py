@@ -10,11 +10,12 @@ import shlex
 from pathlib import Path
 
 from .cases import Case
-from .config import Config, tool_path
+from .config import Config
+from .executables import tool_path
+from .signature import ELEMENT_TYPES, TensorType
 from .tools import write_bytes, write_text
 
 REPRO, CHECK, EXPECTED_BIN = "repro.sh", "check.json", "repro-expected.bin"
-ELEMENT_TYPES = {"float32": "f32", "int8": "i8", "bfloat16": "bf16"}
 
 
 def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: float = 0.0,
@@ -23,7 +24,7 @@ def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: fl
     an opaque type, neither matching the module's i8/bf16), how repro.sh compares (`exact`, or
     `approximate` with |actual - expected| <= atol + rtol |expected|) and how it passes the input."""
     element = ELEMENT_TYPES[expected.dtype.name]
-    spec = "x".join(str(d) for d in expected.shape) + f"x{element}"
+    spec = TensorType(tuple(expected.shape), element).spec
     write_bytes(Path(case_dir) / EXPECTED_BIN, expected.tobytes())
     write_text(Path(case_dir) / CHECK, json.dumps({"expected": f"{spec}=@{EXPECTED_BIN}", "mode": mode,
                                                     "atol": atol, "rtol": rtol, "type": element,

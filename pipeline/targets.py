@@ -13,13 +13,12 @@ Low-level module: imports only cases, errors, executables and toolchain.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .cases import VARIANTS
 from .errors import ConfigError, load_json
-from .executables import tool_path
+from .executables import resolve
 
 BUILTIN_FILE = Path(__file__).parent / "targets.json"
 DEFAULT_TARGET = "llvm-cpu"
@@ -211,16 +210,11 @@ def installed_toolchain(profile: Profile, root: Path) -> dict | None:
 
 def resolve_tool(profile: Profile, name: str, base: Path, manifest: dict | None = None) -> str:
     """The absolute command of one of the profile's tools: from its toolchain when it has
-    one, else a path (relative to the user's folder) or a name looked up like config.tool_path."""
-    if os.sep in name:
-        path = str(base / name)
-    elif manifest is not None:
-        path = manifest["tools"].get(name) or tool_path(name)
-    else:
-        path = tool_path(name)
-    if not path or not os.path.isfile(path) or not os.access(path, os.X_OK):
+    one, else a path (relative to the user's folder) or a name looked up like tool_path."""
+    path = resolve(name, base, manifest["tools"] if manifest else None)
+    if path is None:
         raise ConfigError(f"target {profile.name}", name, "is not an executable file")
-    return os.path.abspath(path)
+    return path
 
 
 def toolchain_identity(manifest: dict | None) -> dict:

@@ -14,7 +14,7 @@ An install is built in a temporary folder and renamed into place once complete, 
 (`toolchain.json`: wheel versions and digests, C runtime package versions) written last: a
 killed install leaves no folder that is trusted. A second install finds it and does nothing.
 
-Low-level module: imports nothing from the rest of the package.
+Low-level module: imports only executables.
 """
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from .executables import cannot_start
 
 NAME = "torq"
 WHEELS = {  # distribution -> (version, sha256 of its cp312 manylinux_2_39_x86_64 wheel)
@@ -257,19 +259,7 @@ def _smoke_test(bin_dir: Path) -> None:
         proc = subprocess.run([str(bin_dir / name), "--help"], capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=120)
         text = proc.stdout + proc.stderr
-        if "error while loading shared libraries" in text or "not found (required by" in text or \
-                ("USAGE" not in text.upper() and "OVERVIEW" not in text.upper() and proc.returncode != 0):
+        if cannot_start(text) or ("USAGE" not in text.upper() and "OVERVIEW" not in text.upper()
+                                  and proc.returncode != 0):
             raise ToolchainError(f"{name} does not start: {text.strip().splitlines()[-1] if text.strip() else ''}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        install()
-    except ToolchainError as err:
-        print(f"conv-sweep: the Torq toolchain was not installed: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

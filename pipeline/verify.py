@@ -49,8 +49,7 @@ def _repro_check(case: Case, case_dir: Path, terms, refs: dict, converted: bool,
     sweep's tolerance has a per-element term the run tool cannot express (a separate bias
     add's step, int8 requantization ties), repro.sh takes its largest value everywhere."""
     k, t, b, _ = terms
-    bias_step = float(np.max(tolerance.separate_bias_term(refs["bias_free"]))) \
-        if profile.bf16_bias_add == "separate" and "bias_free" in refs else 0.0
+    bias_step = float(np.max(_bias_step(refs, profile)))
     if converted:
         atol, rtol = tolerance.bf16_terms(k, t, b)
         write_check(case_dir, refs["bf16"], "approximate", atol + bias_step, rtol, input_arg)
@@ -67,6 +66,13 @@ def _repro_check(case: Case, case_dir: Path, terms, refs: dict, converted: bool,
                     *tolerance.f32_terms(k, t, b, implementations=2), input_arg)
 
 
+def _bias_step(refs: dict, profile) -> np.ndarray | float:
+    """Per element, what a target that adds the bias in a separate bf16 step may add (else 0)."""
+    if profile is not None and profile.bf16_bias_add == "separate" and "bias_free" in refs:
+        return tolerance.separate_bias_term(refs["bias_free"])
+    return 0.0
+
+
 def _channel_axis(case: Case) -> int:
     return -1 if case.backend == "tflite" else 1
 
@@ -77,8 +83,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     behaviour); all must pass. `refs` are oracle.evaluate's outputs."""
     k, t, b, max_x = _terms(case, weights, x)
     expected, exact = refs["expected"], refs.get("exact")
-    separate_bias = profile is not None and profile.bf16_bias_add == "separate" and "bias_free" in refs
-    bias_step = tolerance.separate_bias_term(refs["bias_free"]) if separate_bias else 0.0
+    bias_step = _bias_step(refs, profile)
     if "bf16" in refs:  # an f32 model converted to bf16 by the compiler
         wide = actual.astype(expected.dtype)  # bf16 -> f32 is exact
         operands = "bf16-rounded operands" if profile is None or profile.converts_weights else \
