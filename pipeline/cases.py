@@ -1,7 +1,7 @@
 """Cases: one geometry in one backend and flavor, named as the artifact folder,
 the doit subtask and the pytest id alike.
 
-Low-level module: imports only geometry, sweep and errors.
+Low-level module: imports only geometry, frontends and errors.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .errors import ConfigError
+from .frontends import refusal
 from .geometry import Geometry
 
 # backend -> its flavors, in sweep order
@@ -89,13 +90,15 @@ def parse_variants(text: str, field: str) -> frozenset[str]:
 
 def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset(),
                expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS) -> list[Case]:
-    """Every (category, geometry) in every backend and flavor the target supports, with its
-    expected failure if listed."""
+    """Every (category, geometry) in every backend and flavor the target supports and the
+    backend's frontend can build (see `refused`), with its expected failure if listed."""
     from .expected import match
 
     cases = []
     for category, geometry in sampled:
         for backend, flavors in FLAVORS.items():
+            if refusal(geometry, backend):
+                continue
             for flavor in flavors:
                 if f"{backend}_{flavor}" not in variants:
                     continue
@@ -106,3 +109,24 @@ def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str]
                     case = replace(case, expect_stage=expected.stage, expect_reason=expected.reason)
                 cases.append(case)
     return cases
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A case the sweep would have had, were its frontend able to build the geometry."""
+
+    name: str  # the case name it would have had
+    category: str
+    reason: str
+
+
+def refused(sampled: list[tuple[str, Geometry]], variants: tuple[str, ...] = VARIANTS) -> list[Refused]:
+    """The cases not generated because their backend's frontend refuses the geometry."""
+    out = []
+    for category, geometry in sampled:
+        for backend, flavors in FLAVORS.items():
+            reason = refusal(geometry, backend)
+            if reason:
+                out += [Refused(Case(geometry, backend, flavor, category).name, category, reason)
+                        for flavor in flavors if f"{backend}_{flavor}" in variants]
+    return out

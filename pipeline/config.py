@@ -6,6 +6,9 @@ Knobs (all optional):
   CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
   CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600)
+  CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
+                            geometries at N = 50) or extended (adds same padding at any stride,
+                            dilation, groups and depthwise, batch, non-power-of-two channels)
   CONV_SWEEP_SPEC           JSON file replacing the built-in categories
   CONV_SWEEP_COMPILE_ONLY   flavors checked for compilation only, e.g. "onnx_bf16,tflite_w8i8"
   CONV_SWEEP_TARGET         target profile, or a comma-separated list (default llvm-cpu)
@@ -22,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import expected
-from .cases import Case, make_cases, parse_variants
+from functools import cached_property
+
+from .cases import Case, Refused, make_cases, parse_variants, refused
 from .errors import ConfigError
 from .executables import resolve
-from .sweep import DEFAULT_N, SweepSpec, load_spec
+from .sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
 from .targets import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 600.0
@@ -62,6 +67,7 @@ class Config:
     spec_path: str | None = None  # where the spec came from, None for the built-in one
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
     targets: tuple[Target, ...] = ()  # the selected targets, in CONV_SWEEP_TARGET's order
+    profile: str = "seed"  # the built-in geometry profile (when no spec file is given)
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -85,7 +91,13 @@ class Config:
         profiles = select(env.get("CONV_SWEEP_TARGET", ""),
                           load_profiles(base / targets_file if targets_file else None))
         spec_path = env.get("CONV_SWEEP_SPEC") or None
-        spec = load_spec(base / spec_path) if spec_path else SweepSpec()
+        profile = env.get("CONV_SWEEP_PROFILE", "").strip() or "seed"
+        if profile not in PROFILES:
+            raise ConfigError("CONV_SWEEP_PROFILE", profile, f"must be one of {', '.join(PROFILES)}")
+        if spec_path and env.get("CONV_SWEEP_PROFILE", "").strip():
+            raise ConfigError("CONV_SWEEP_PROFILE", profile,
+                              "cannot be combined with CONV_SWEEP_SPEC, whose file lists its own categories")
+        spec = load_spec(base / spec_path) if spec_path else SweepSpec(PROFILES[profile])
         compile_only = parse_variants(env.get("CONV_SWEEP_COMPILE_ONLY", ""), "CONV_SWEEP_COMPILE_ONLY")
         pattern = env.get("CONV_SWEEP_EXPECTED_FAILURES") or None
         if pattern and len(profiles) > 1 and "{target}" not in pattern:
@@ -105,15 +117,24 @@ class Config:
                 resolve_tool(profile, profile.dump_tool, base, manifest),
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets))
+        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), profile)
+
+    @cached_property
+    def sampled(self):
+        """(category, geometry) pairs of the sweep, in order."""
+        return self.spec.sample(self.n)
 
     def cases(self) -> list[Case]:
-        sampled = self.spec.sample(self.n)
         cases = []
         for target in self.targets:
-            cases += make_cases(sampled, self.compile_only | frozenset(target.profile.compile_only),
+            cases += make_cases(self.sampled, self.compile_only | frozenset(target.profile.compile_only),
                                 target.expectations, target.name, target.profile.flavors)
         return cases
+
+    def refused(self) -> list[Refused]:
+        """The cases not generated because a frontend refuses their geometry (any target)."""
+        flavors = {v for t in self.targets for v in t.profile.flavors} if self.targets else None
+        return refused(self.sampled, tuple(flavors)) if flavors else refused(self.sampled)
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)

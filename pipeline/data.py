@@ -13,20 +13,22 @@ BIAS_RANGE = 0.5  # bias ~ U(-0.5, 0.5): the same size as a typical output, so a
 
 
 def conv_weights(geometry: Geometry, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel (c_out, c_in, *kernel) ~ U(+-1/sqrt(reduction)) and a nonzero bias (c_out,)."""
+    """Kernel (c_out, c_in / groups, *kernel) ~ U(+-1/sqrt(reduction)) and a nonzero bias (c_out,).
+    Output channel o belongs to group o // (c_out / groups), as in torch and ONNX."""
     rng = np.random.default_rng(seed)
     bound = 1.0 / np.sqrt(geometry.reduction)
-    kernel = rng.uniform(-bound, bound, (geometry.c_out, geometry.c_in, *geometry.kernel)).astype(np.float32)
+    shape = (geometry.c_out, geometry.c_in // geometry.groups, *geometry.kernel)
+    kernel = rng.uniform(-bound, bound, shape).astype(np.float32)
     bias = rng.uniform(-BIAS_RANGE, BIAS_RANGE, geometry.c_out).astype(np.float32)
     return kernel, bias
 
 
 def input_shape(case: Case) -> tuple[int, ...]:
-    """Batch 1, in the model's own layout: NHWC/NWC for TFLite, NCHW/NCW for ONNX."""
+    """In the model's own layout: NHWC/NWC for TFLite, NCHW/NCW for ONNX."""
     g = case.geometry
     if case.backend == "tflite":
-        return (1, *g.spatial, g.c_in)
-    return (1, g.c_in, *g.spatial)
+        return (g.batch, *g.spatial, g.c_in)
+    return (g.batch, g.c_in, *g.spatial)
 
 
 def float_samples(shape: tuple[int, ...], seed: int) -> np.ndarray:

@@ -23,7 +23,12 @@ def warm_up() -> None:
 
 
 def export_f32(case: Case) -> bytes:
-    """The f32 ONNX model (TorchScript exporter: one Conv node, no external data)."""
+    """The f32 ONNX model: one Conv node (TorchScript exporter, no external data).
+
+    torch pads symmetrically only (and its padding='same' refuses stride > 1), so the module
+    is exported unpadded and the node then gets the geometry's explicit pads, TF SAME's odd
+    element after: exactly the convolution the TFLite case computes.
+    """
     import io
 
     import torch
@@ -31,7 +36,8 @@ def export_f32(case: Case) -> bytes:
     g = case.geometry
     kernel, bias = conv_weights(g, case.weight_seed)
     conv_type = torch.nn.Conv1d if g.rank == 1 else torch.nn.Conv2d
-    module = conv_type(g.c_in, g.c_out, g.kernel, stride=g.stride, padding=g.padding, bias=True)
+    module = conv_type(g.c_in, g.c_out, g.kernel, stride=g.stride, padding=0, dilation=g.dilation,
+                       groups=g.groups, bias=True)
     with torch.no_grad():
         module.weight.copy_(torch.from_numpy(kernel))
         module.bias.copy_(torch.from_numpy(bias))
@@ -40,7 +46,29 @@ def export_f32(case: Case) -> bytes:
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), (torch.zeros(input_shape(case)),), buffer, dynamo=False,
                           opset_version=F32_OPSET, input_names=["input"], output_names=["output"])
-    return buffer.getvalue()
+    return set_pads(buffer.getvalue(), g)
+
+
+def set_pads(data: bytes, geometry) -> bytes:
+    """Give the model's single Conv node the geometry's pads ([begin..., end...] in ONNX) and
+    its output the shape they make; checked by onnx's checker and shape inference."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    nodes = [node.op_type for node in model.graph.node]
+    if nodes != ["Conv"]:
+        raise ValueError(f"the exported graph is {nodes}, not one Conv node")
+    pads = [before for before, _ in geometry.pads] + [after for _, after in geometry.pads]
+    conv = model.graph.node[0]
+    kept = [a for a in conv.attribute if a.name != "pads"]
+    del conv.attribute[:]
+    conv.attribute.extend([*kept, onnx.helper.make_attribute("pads", pads)])
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    for dim, size in zip(dims, (geometry.batch, geometry.c_out, *geometry.out_spatial)):
+        dim.Clear()
+        dim.dim_value = size
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
 
 
 def to_bf16(data: bytes) -> bytes:

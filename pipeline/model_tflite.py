@@ -20,16 +20,26 @@ def warm_up() -> None:
 
 
 def _keras_model(case: Case):
+    """The geometry as one Keras layer: Conv1D/Conv2D (groups=), or DepthwiseConv1D/2D where
+    groups == c_in, with the case's weights and bias."""
     import keras
 
     g = case.geometry
-    kernel, bias = conv_weights(g, case.weight_seed)
-    inputs = keras.Input((*g.spatial, g.c_in), batch_size=1)
-    layer_type = keras.layers.Conv1D if g.rank == 1 else keras.layers.Conv2D
-    layer = layer_type(g.c_out, g.kernel, strides=g.stride, padding=g.padding)
+    kernel, bias = conv_weights(g, case.weight_seed)  # (O, I / groups, *K)
+    inputs = keras.Input((*g.spatial, g.c_in), batch_size=g.batch)
+    spatial_axes = tuple(range(2, 2 + g.rank))
+    common = dict(strides=g.stride, padding=g.padding, dilation_rate=g.dilation)
+    if g.depthwise:
+        layer_type = keras.layers.DepthwiseConv1D if g.rank == 1 else keras.layers.DepthwiseConv2D
+        layer = layer_type(g.kernel, depth_multiplier=g.depth_multiplier, **common)
+        # output channel o = c * M + m -> Keras (*K, C, M)
+        weights = kernel[:, 0].reshape(g.c_in, g.depth_multiplier, *g.kernel).transpose(*spatial_axes, 0, 1)
+    else:
+        layer_type = keras.layers.Conv1D if g.rank == 1 else keras.layers.Conv2D
+        layer = layer_type(g.c_out, g.kernel, groups=g.groups, **common)
+        weights = kernel.transpose(*spatial_axes, 1, 0)  # -> Keras (*K, I / groups, O)
     model = keras.Model(inputs, layer(inputs))
-    # (O, I, *K) -> Keras (*K, I, O)
-    layer.set_weights([kernel.transpose(*range(2, 2 + g.rank), 1, 0), bias])
+    layer.set_weights([weights, bias])
     return model
 
 

@@ -31,6 +31,9 @@ class ModelWeights:
     bias_int: np.ndarray | None = None  # w8i8: the stored int32 bias
 
 
+CONV_OPS = {"CONV_2D": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2)}  # op -> filter axes to (O, I/g, KH, KW)
+
+
 def warm_up() -> None:
     """The helper's one-off imports."""
     import ai_edge_litert.interpreter  # noqa: F401
@@ -64,19 +67,21 @@ def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
 def tflite_weights(case: Case, model: Path) -> ModelWeights:
     interpreter = _interpreter(model, reference_kernels=False)
     details = {d["index"]: d for d in interpreter.get_tensor_details()}
-    convs = [op for op in interpreter._get_ops_details() if op["op_name"] == "CONV_2D"]
+    convs = [op for op in interpreter._get_ops_details() if op["op_name"] in CONV_OPS]
     if len(convs) != 1:
-        raise ValueError(f"{model}: expected one CONV_2D op, found {len(convs)}")
+        raise ValueError(f"{model}: expected one {' or '.join(CONV_OPS)} op, found {len(convs)}")
     _, filter_index, bias_index = convs[0]["inputs"][:3]
-    kernel, quantized = _dequantize(interpreter, details[filter_index])  # (O, KH, KW, I)
+    # CONV_2D's filter is (O, KH, KW, I / groups), DEPTHWISE_CONV_2D's (1, KH, KW, C x M): both to (O, I / groups, KH, KW)
+    order = CONV_OPS[convs[0]["op_name"]]
+    kernel, quantized = _dequantize(interpreter, details[filter_index])
     scales = tuple(float(v) for v in details[filter_index]["quantization_parameters"]["scales"])
     if len(scales) == 1:
-        scales *= kernel.shape[0]
+        scales *= kernel.shape[order[0]]
     bias, _ = _dequantize(interpreter, details[bias_index])
-    kernel = kernel.transpose(0, 3, 1, 2)
-    kernel_int = interpreter.get_tensor(filter_index).transpose(0, 3, 1, 2).astype(np.int64)
+    kernel = kernel.transpose(order)
+    kernel_int = interpreter.get_tensor(filter_index).transpose(order).astype(np.int64)
     if case.geometry.rank == 1:
-        kernel = kernel[:, :, 0, :]  # Conv1D is a CONV_2D with KH = 1
+        kernel = kernel[:, :, 0, :]  # Conv1D is a 2-D conv with KH = 1
         kernel_int = kernel_int[:, :, 0, :]
     inputs, outputs = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
     if inputs["dtype"] == np.float32:

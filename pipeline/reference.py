@@ -9,35 +9,38 @@ from .geometry import Geometry
 CHUNK_BYTES = 64 << 20  # bound on the im2col buffer of one block of output rows
 
 
-def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
-    """TF/torch 'same': total padding split with the extra element at the end."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
 def conv_nchw(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, geometry: Geometry) -> np.ndarray:
-    """Conv of x (1, C, *spatial) with kernel (O, C, *K) plus bias, in float64, NCHW/NCW out."""
+    """Conv of x (N, C, *spatial) with kernel (O, C / groups, *K) plus bias, in float64, NCHW/NCW
+    out: the geometry's zero padding (TF SAME: the odd element after), stride, dilation and groups
+    (output channel o reads input group o // (O / groups))."""
     g = geometry
-    x = np.asarray(x, dtype=np.float64)[0]
+    x = np.asarray(x, dtype=np.float64)
     w = np.asarray(kernel, dtype=np.float64)
+    pads = g.pads
     if g.rank == 1:
-        x, w = x[:, None, :], w[:, :, None, :]
+        x, w, pads = x[:, :, None, :], w[:, :, None, :], ((0, 0), *pads)
+    if any(p for pair in pads for p in pair):
+        x = np.pad(x, [(0, 0), (0, 0), *pads])
+    n, groups = x.shape[0], g.groups
     kh, kw = w.shape[2:]
-    sh, sw = g.shw
-    if g.padding == "same":
-        pads = [same_padding(n, k, s) for n, k, s in zip(x.shape[1:], (kh, kw), (sh, sw))]
-        x = np.pad(x, [(0, 0), *pads])
-    windows = sliding_window_view(x, (kh, kw), axis=(1, 2))[:, ::sh, ::sw]  # (C, OH, OW, KH, KW)
-    oh, ow = windows.shape[1:3]
-    flat_w = w.transpose(1, 2, 3, 0).reshape(-1, w.shape[0])  # (C*KH*KW, O)
-    out = np.empty((oh, ow, w.shape[0]))
-    rows = max(1, CHUNK_BYTES // max(1, ow * flat_w.shape[0] * 8))
-    for start in range(0, oh, rows):
-        block = windows[:, start:start + rows].transpose(1, 2, 0, 3, 4).reshape(-1, flat_w.shape[0])
-        out[start:start + rows] = (block @ flat_w).reshape(-1, ow, w.shape[0])
-    out += np.asarray(bias, dtype=np.float64)
-    out = out.transpose(2, 0, 1)[None]
+    (sh, sw), (dh, dw) = g.shw, g.dhw
+    window = ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
+    # (N, C, OH, OW, KH, KW): every output's window, its taps picked out by the dilation
+    windows = sliding_window_view(x, window, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    oh, ow = windows.shape[2:4]
+    per_group, outs = x.shape[1] // groups, w.shape[0] // groups
+    taps = per_group * kh * kw
+    flat_w = w.reshape(groups, outs, taps).transpose(0, 2, 1)  # (G, C/G*KH*KW, O/G)
+    out = np.empty((n, groups, oh, ow, outs))
+    rows = max(1, CHUNK_BYTES // max(1, groups * ow * taps * 8))
+    for b in range(n):
+        for start in range(0, oh, rows):
+            block = windows[b, :, start:start + rows]  # (C, R, OW, KH, KW)
+            r = block.shape[1]
+            block = block.reshape(groups, per_group, r, ow, kh, kw).transpose(0, 2, 3, 1, 4, 5)
+            out[b, :, start:start + r] = (block.reshape(groups, r * ow, taps) @ flat_w).reshape(groups, r, ow, outs)
+    out = out.transpose(0, 1, 4, 2, 3).reshape(n, groups * outs, oh, ow)
+    out += np.asarray(bias, dtype=np.float64).reshape(1, -1, 1, 1)
     return out[:, :, 0, :] if g.rank == 1 else out
 
 

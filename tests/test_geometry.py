@@ -19,9 +19,27 @@ def test_id_non_square_kernel_unit_stride_same_padding():
     assert g.id == "w30_h20_f4_k3_c8_khw3x5"
 
 
-def test_same_padding_with_stride_falls_back_to_valid():
-    assert Geometry(2, (20, 30), (3, 3), (1, 2), 8, 4, "same").padding == "valid"
-    assert Geometry(2, (20, 30), (3, 3), (1, 1), 8, 4, "same").padding == "same"
+def test_same_padding_holds_at_any_stride_and_is_tf_same():
+    g = Geometry(2, (20, 30), (4, 3), (3, 2), 8, 4, "same", dilation=(1, 2))
+    assert g.padding == "same"
+    # H: out 7, total (7 - 1) 3 + 4 - 20 = 2; W: out 15, total 14 * 2 + 5 - 30 = 3 (odd: the extra one after)
+    assert g.pads == ((1, 1), (1, 2))
+    assert g.out_spatial == (7, 15)
+
+
+def test_ids_name_only_what_departs_from_the_default():
+    base = dict(rank=2, spatial=(20, 30), kernel=(3, 3), stride=(1, 1), c_in=8, c_out=16)
+    assert Geometry(**base, dilation=(1, 1), groups=1, batch=1).id == "w30_h20_f16_k3_c8_pvalid"
+    assert Geometry(**base, dilation=(2, 3)).id == "w30_h20_f16_k3_c8_pvalid_d2x3"
+    assert Geometry(**base, groups=4).id == "w30_h20_f16_k3_c8_pvalid_g4"
+    assert Geometry(**base, groups=8).id == "w30_h20_f16_k3_c8_pvalid_dw2"
+    assert Geometry(**base, batch=3).id == "w30_h20_f16_k3_c8_pvalid_b3"
+    assert Geometry(1, (40,), (3,), (2,), 4, 4, "same", (3,), 2, 2).id == "w40_h1_f4_k3_c4_r1_s1x2_d1x3_g2_b2"
+
+
+def test_reduction_counts_the_channels_of_one_group():
+    assert Geometry(2, (20, 30), (3, 5), (1, 1), 12, 8, groups=4).reduction == 3 * 15
+    assert Geometry(1, (20,), (3,), (1,), 16, 32, groups=16).reduction == 3
 
 
 def test_reduction_and_output_size():
@@ -40,6 +58,11 @@ def test_reduction_and_output_size():
     (dict(c_out=2.5), "geometry.c_out"),
     (dict(padding="reflect"), "geometry.padding"),
     (dict(rank=3), "geometry.rank"),
+    (dict(dilation=(1, 0)), "geometry.dilation"),
+    (dict(dilation=(4, 1)), "geometry.dilation"),  # window 9 > H = 8 with valid padding
+    (dict(groups=3), "geometry.groups"),  # does not divide 4
+    (dict(groups=0), "geometry.groups"),
+    (dict(batch=0), "geometry.batch"),
 ])
 def test_validate_names_the_bad_field(kwargs, field):
     base = dict(rank=2, spatial=(8, 8), kernel=(3, 3), stride=(1, 1), c_in=4, c_out=4)
@@ -54,5 +77,10 @@ def test_from_dict_rejects_unknown_and_missing_fields():
     assert Geometry.from_dict(good).id == "w20_h1_f2_k3_c2_r1_pvalid"
     with pytest.raises(ConfigError, match="geometry.dilation"):
         Geometry.from_dict({**good, "dilation": 2})
+    with pytest.raises(ConfigError, match="geometry.depthwise"):
+        Geometry.from_dict({**good, "depthwise": True})
+    wide = {**good, "dilation": [2], "groups": 2, "batch": 3, "padding": "same"}
+    assert Geometry.from_dict(wide).id == "w20_h1_f2_k3_c2_r1_d1x2_dw1_b3"
+    assert Geometry.from_dict(Geometry.from_dict(wide).to_dict()) == Geometry.from_dict(wide)
     with pytest.raises(ConfigError, match="geometry.c_out"):
         Geometry.from_dict({k: v for k, v in good.items() if k != "c_out"})
