@@ -216,6 +216,18 @@ def _accept_failures():
     accept_failures(CFG, CASES)
 
 
+def _print_refused():
+    refused = CFG.refused()
+    for r in refused:
+        print(f"{r.name}  ({r.category}): {r.reason}")
+    print(f"{len(refused)} cases not generated: their frontend refuses the geometry")
+
+
+def task_refused():
+    """List the cases not generated (a frontend refuses the geometry), each with the reason."""
+    return {"actions": [(_print_refused,)], "verbosity": 2, "uptodate": [False]}
+
+
 def task_accept_failures():
     """Rewrite the expected-failures file from the latest results (keeps reasons that still hold)."""
     return {"actions": [(_accept_failures,)], "verbosity": 2, "uptodate": [False]}

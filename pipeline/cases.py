@@ -116,6 +116,7 @@ class Refused:
     """A case the sweep would have had, were its frontend able to build the geometry."""
 
     name: str  # the case name it would have had
+    variant: str  # backend_flavor
     category: str
     reason: str
 
@@ -127,6 +128,6 @@ def refused(sampled: list[tuple[str, Geometry]], variants: tuple[str, ...] = VAR
         for backend, flavors in FLAVORS.items():
             reason = refusal(geometry, backend)
             if reason:
-                out += [Refused(Case(geometry, backend, flavor, category).name, category, reason)
+                out += [Refused(Case(geometry, backend, flavor, category).name, f"{backend}_{flavor}", category, reason)
                         for flavor in flavors if f"{backend}_{flavor}" in variants]
     return out

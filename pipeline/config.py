@@ -133,8 +133,7 @@ class Config:
 
     def refused(self) -> list[Refused]:
         """The cases not generated because a frontend refuses their geometry (any target)."""
-        flavors = {v for t in self.targets for v in t.profile.flavors} if self.targets else None
-        return refused(self.sampled, tuple(flavors)) if flavors else refused(self.sampled)
+        return refused(self.sampled)
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)

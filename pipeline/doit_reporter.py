@@ -152,6 +152,12 @@ class SweepReporter(ConsoleReporter):
         super().initialize(tasks, selected_tasks)
         self.progress.initialize(tasks, selected_tasks)
         self.report = _report_at_end(selected_tasks, tasks)
+        dodo = _dodo()
+        if self.report and dodo is not None:
+            refused = dodo.CFG.refused()
+            if refused:
+                self.write(f"conv-sweep: {len(refused)} cases not generated, their frontend refuses the geometry "
+                           f"(`doit refused` lists them with the reason)\n")
         if self.report:
             os.environ[REPORT_AT_END] = "1"  # inherited by the workers: the report task defers to us
 

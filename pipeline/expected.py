@@ -72,14 +72,17 @@ def dump(expectations: list[Expectation]) -> str:
 
 
 def accept(current: tuple[Expectation, ...], failures: list[tuple[str, str, str]],
-           not_run: tuple[str, ...] = ()) -> list[Expectation]:
+           not_run: tuple[str, ...] = (), selection: tuple[str, ...] | None = None) -> list[Expectation]:
     """The list that makes today's failures expected: (case, stage, bucket) for every case that
     fails now. Entries that still hold (match some failure at their stage, or a case with no
-    result to judge by) are kept as written, with their reasons; a failure they do not cover
-    gets its own entry, its bucket as reason."""
+    result to judge by, or none of the `selection`'s cases: another profile's or N's) are kept as
+    written, with their reasons; a failure they do not cover gets its own entry, its bucket as
+    reason."""
+    judged = set(selection or ()) - set(not_run)
     kept = [e for e in current
             if any(fnmatch.fnmatchcase(case, e.case) and stage == e.stage for case, stage, _ in failures)
-            or any(fnmatch.fnmatchcase(case, e.case) for case in not_run)]
+            or any(fnmatch.fnmatchcase(case, e.case) for case in not_run)
+            or (selection is not None and not any(fnmatch.fnmatchcase(case, e.case) for case in judged))]
     added = [Expectation(case, stage, bucket) for case, stage, bucket in failures
              if match(case, tuple(kept)) is None or match(case, tuple(kept)).stage != stage]
     return kept + sorted(added, key=lambda e: e.case)

@@ -132,9 +132,25 @@ def int8_allowance(entries: list[dict]) -> dict:
     return {"checked": len(used), "cases": sum(u > 0 for u in used), "elements": sum(used)}
 
 
-def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None) -> str:
+def refusal_summary(refused: list) -> list[str]:
+    """Lines on the cases not generated, grouped by reason (cases.Refused entries)."""
+    if not refused:
+        return []
+    by_reason: dict[str, list] = {}
+    for r in refused:
+        by_reason.setdefault(r.reason, []).append(r)
+    lines = [f"not generated: {len(refused)} cases, their frontend refuses the geometry (`doit refused` lists them)"]
+    for reason, items in sorted(by_reason.items(), key=lambda i: -len(i[1])):
+        geometries = {r.name.split("_", 3)[3] for r in items}  # conv_<backend>_<flavor>_<geometry id>
+        lines.append(f"[{len(items)} cases, {len(geometries)} geometries] {reason}\n      e.g. {items[0].name}")
+    return lines
+
+
+def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None,
+            refused: list = ()) -> str:
     cols, rows = summary_rows(entries)
     parts = [format_table(["", *cols, "total"], rows)]
+    parts += refusal_summary(list(refused))
     totals = stage_totals(entries)
     if totals:
         parts.append("stage time (s): " + ", ".join(f"{s} {t:.1f}" for s, t in sorted(totals.items(), key=lambda i: -i[1])))
@@ -180,7 +196,7 @@ def junit_xml(entries: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
+def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: list = ()) -> dict:
     """Write results.json, junit.xml and report.html; return the buckets."""
     from .report_html import render
 
@@ -190,10 +206,13 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict) -> dict:
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
                 "int8_allowance": int8_allowance(entries),
-                "stage_seconds": stage_totals(entries), "cases": entries}
+                "stage_seconds": stage_totals(entries),
+                "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}
+                            for r in refused],
+                "cases": entries}
     write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
     write_text(report_dir / "junit.xml", junit_xml(entries))
-    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools))
+    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused))
     return {"buckets": groups}
 
 
@@ -252,8 +271,9 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
                 print(heading + cached.read_text(), end="", file=out)
                 continue
         entries = collect(selected, cfg.case_dir)
-        groups = write_report(entries, folder, tool_versions(cfg, target))["buckets"]
-        text = summary(entries, groups, folder) + "\n"
+        refused = [r for r in cfg.refused() if r.variant in target.profile.flavors]
+        groups = write_report(entries, folder, tool_versions(cfg, target), refused)["buckets"]
+        text = summary(entries, groups, folder, refused) + "\n"
         write_text(cached, text)
         write_text(folder / "summary.key", key)
         print(heading + text, end="", file=out)
@@ -270,7 +290,7 @@ def accept_failures(cfg, cases: list[Case], out=None) -> list:
         entries = collect(selected, cfg.case_dir)
         failures = [(e["case"], e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL)]
         not_run = tuple(e["case"] for e in entries if e["status"] == NOT_RUN)
-        new = expected.accept(target.expectations, failures, not_run)
+        new = expected.accept(target.expectations, failures, not_run, tuple(e["case"] for e in entries))
         write_text(target.expected_path, expected.dump(new))
         kept = sum(e in target.expectations for e in new)
         print(f"{target.name}: {target.expected_path}: {len(new)} entries ({kept} kept with their reasons, "

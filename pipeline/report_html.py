@@ -103,8 +103,13 @@ def ratio_figure(entries: list[dict]) -> tuple[str, str] | None:
     return title, png
 
 
-def render(entries, cols, rows, groups, tools) -> str:
+def render(entries, cols, rows, groups, tools, refused=()) -> str:
     e = html.escape
+    reasons: dict[str, list] = {}
+    for r in refused:
+        reasons.setdefault(r.reason, []).append(r.name)
+    refused_rows = "".join(f"<tr><td>{len(names)}</td><td>{e(reason)}</td><td>{'<br>'.join(e(n) for n in names[:5])}</td></tr>"
+                           for reason, names in reasons.items()) or "<tr><td colspan=3>none</td></tr>"
     head = "".join(f"<th>{e(c)}</th>" for c in ["", *cols, "total"])
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     bucket_rows = "".join(
@@ -138,6 +143,9 @@ img {{ max-width: 100%; }}
 stage failed), xfail (failed as listed in the expected failures), xpass (listed, but passed: fails the run).</p>
 <h2>Summary</h2>
 <table><tr>{head}</tr>{body}</table>
+<h2>Not generated</h2>
+<p>Cases whose frontend (tf.keras and the TFLite converter, or torch) cannot build the geometry as one convolution.</p>
+<table class="buckets"><tr><th>cases</th><th>reason</th><th>examples</th></tr>{refused_rows}</table>
 <h2>Failure buckets</h2>
 <table class="buckets"><tr><th>cases</th><th>signature</th><th>statuses</th><th>examples</th></tr>{bucket_rows}</table>
 <h2>Where cases fail</h2>

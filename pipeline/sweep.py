@@ -69,8 +69,9 @@ class Category:
                 raise ConfigError(f"{where}.{field}", getattr(self, field), f"must be one of {', '.join(allowed)}")
         if self.channel_values == "pow2" and not self.powers_of_two():
             raise ConfigError(f"{where}.channels", self.channels, "holds no power of two")
-        if self.groups in ("grouped", "depthwise") and self.channels[1] < 2:
-            raise ConfigError(f"{where}.channels", self.channels, f"groups '{self.groups}' needs channels >= 2")
+        if self.groups in ("grouped", "depthwise") and self.channels[1] < (4 if self.groups == "grouped" else 2):
+            raise ConfigError(f"{where}.channels", self.channels,
+                              f"groups '{self.groups}' needs channels up to at least {4 if self.groups == 'grouped' else 2}")
         return self
 
     def powers_of_two(self, multiple_of: int = 1) -> list[int]:
@@ -114,8 +115,9 @@ class Category:
                 groups, c_out = c_in, c_in * rng.randint(*self.depth_multiplier)
             elif grouping == "grouped":
                 choices = (2, 4, 8, 16) if self.channel_values == "pow2" else (2, 3, 4, 5, 7, 8, 16)
-                groups = rng.choice([g for g in choices if g <= self.channels[1]])
-                c_in, c_out = self._channel(rng, groups), self._channel(rng, groups)
+                groups = rng.choice([g for g in choices if 2 * g <= self.channels[1]] or [1])
+                # c_in >= 2 groups: one channel per group would be depthwise
+                c_in, c_out = self._channel(rng, groups, minimum=2 * groups), self._channel(rng, groups)
             elif self.channel_values == "pow2":
                 pows = self.powers_of_two()
                 c_in, c_out = rng.choice(pows), rng.choice(pows)

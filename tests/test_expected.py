@@ -39,6 +39,14 @@ def test_accept_keeps_what_holds_adds_new_drops_stale():
                    Expectation("conv_a_3", "verify", "b3"), Expectation("conv_d", "import", "b2")]
 
 
+def test_accept_keeps_entries_for_cases_outside_the_selection():
+    """Accepting a smaller sweep (another N or profile) keeps what it could not judge."""
+    current = (Expectation("conv_big", "compile", "seen at N = 50"), Expectation("conv_b", "verify", "fixed since"))
+    selection = ("conv_b", "conv_d")
+    new = accept(current, [("conv_d", "import", "b2")], (), selection)
+    assert new == [Expectation("conv_big", "compile", "seen at N = 50"), Expectation("conv_d", "import", "b2")]
+
+
 def test_an_exact_name_wins_over_an_earlier_pattern():
     entries = (Expectation("conv_a_*", "compile", "pattern"), Expectation("conv_a_3", "verify", "exact"))
     assert match("conv_a_3", entries).reason == "exact"
