@@ -76,8 +76,8 @@ class Geometry:
         if self.padding == "valid" and any(w > n for w, n in zip(self.window, self.spatial)):
             field = "kernel" if self.dilation == (1,) * self.rank else "dilation"
             raise ConfigError(f"{where}.{field}", getattr(self, field),
-                              f"window {self.window} ((kernel - 1) x dilation + 1) does not fit the input "
-                              f"{self.spatial} with padding 'valid'")
+                              f"does not fit the input {self.spatial} with padding 'valid' (window "
+                              f"(kernel - 1) x dilation + 1 = {self.window})")
         return self
 
     @property

@@ -1,6 +1,6 @@
 """The tolerance policy: how far an output may be from its oracle, derived, never tuned.
 
-Notation: K = c_in x kernel area (products summed per output), t = max|w| * max|x| (largest
+Notation: K = (c_in / groups) x kernel area (products summed per output), t = max|w| * max|x| (largest
 product), b = max|bias|, u = unit roundoff (f32: 2**-24, bf16: 2**-8), e = expected value.
 
 f32 accumulation (f32, w8if32, ONNX f32).  Each of the K additions of an f32 dot product

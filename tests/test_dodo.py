@@ -100,6 +100,7 @@ BAD_SPECS = {
     ("CONV_SWEEP_BUILD_DIR", "unwritable"),
     ("CONV_SWEEP_SPEC", "inverted"),
     ("CONV_SWEEP_SPEC", "geometry"),
+    ("CONV_SWEEP_PROFILE", "huge"),
 ])
 def test_bad_configuration_stops_before_any_task(tmp_path, knob, value):
     expected = f"{knob}={value!r}"
@@ -117,6 +118,48 @@ def test_bad_configuration_stops_before_any_task(tmp_path, knob, value):
     assert expected in run.stderr
     assert run.stderr.strip().count("\n") == 0, run.stderr  # one message, no traceback
     assert not (tmp_path / "build" / "cases").exists()
+
+
+# One geometry per dimension the extended profile adds, and one that tf.keras refuses.
+EXTENDED = [
+    {"category": "psame", "rank": 2, "spatial": [13, 10], "kernel": [4, 3], "stride": [2, 3], "c_in": 3, "c_out": 5,
+     "padding": "same"},
+    {"category": "dil", "rank": 2, "spatial": [12, 11], "kernel": [3, 2], "stride": [1, 1], "c_in": 4, "c_out": 6,
+     "dilation": [2, 3]},
+    {"category": "grp", "rank": 2, "spatial": [9, 10], "kernel": [3, 3], "stride": [1, 2], "c_in": 8, "c_out": 12,
+     "groups": 4},
+    {"category": "dw", "rank": 1, "spatial": [30], "kernel": [4], "stride": [2], "c_in": 6, "c_out": 12,
+     "groups": 6, "padding": "same"},
+    {"category": "batch", "rank": 2, "spatial": [8, 9], "kernel": [2, 3], "stride": [1, 1], "c_in": 4, "c_out": 8,
+     "batch": 3},
+    {"category": "odd", "rank": 2, "spatial": [9, 8], "kernel": [3, 3], "stride": [1, 1], "c_in": 17, "c_out": 7},
+    {"category": "mix", "rank": 2, "spatial": [15, 14], "kernel": [3, 2], "stride": [2, 1], "c_in": 6, "c_out": 9,
+     "dilation": [2, 1], "groups": 3, "batch": 2, "padding": "same"},
+]
+
+
+def test_every_extended_dimension_passes_in_every_flavor(tmp_path):
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", EXTENDED), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    run = doit("-n", "2", "sweep", env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "3 cases not generated, their frontend refuses the geometry" in run.stdout + run.stderr
+    found = results(tmp_path / "build")
+    suffixes = ["_s2x3", "_d2x3", "_g4", "_dw2", "_b3", "_c17_", "_g3_b2"]
+    for suffix in suffixes:
+        flavors = sorted(r["backend"] + "_" + r["flavor"] for name, r in found.items() if suffix in name)
+        assert flavors == sorted(FLAVORS if suffix != "_g3_b2" else ["onnx_f32", "onnx_bf16"]), (suffix, flavors)
+    assert len(found) == 6 * 5 + 2
+    for name, result in found.items():
+        assert result["status"] == "pass", (name, result["reason"])
+        assert result["metrics"] and all(m["passed"] for m in result["metrics"].values()), name
+    refused = doit("refused", env=env)
+    lines = [line for line in refused.stdout.splitlines() if line.startswith("conv_tflite_")]
+    assert len(lines) == 3 and all("_d2x1_g3_b2" in line and "dilation_rate > 1" in line for line in lines)
+    import json
+
+    document = json.loads((tmp_path / "build" / "report" / "llvm-cpu" / "results.json").read_text())
+    assert sorted(r["variant"] for r in document["refused"]) == ["tflite_f32", "tflite_w8i8", "tflite_w8if32"]
 
 
 def test_list_names_the_whole_default_sweep(tmp_path):

@@ -1,6 +1,7 @@
 """A miscompile must not pass: one weight with its sign flipped fails the case, at the
-largest reduction of the sweep (512 input channels, 9x9 kernel). Real tools throughout:
-the flipped model is imported, compiled and run, then checked against the original's oracle.
+largest reduction of the sweep (512 input channels, 9x9 kernel), and on a grouped and a
+dilated geometry of the extended profile. Real tools throughout: the flipped model is
+imported, compiled and run, then checked against the original's oracle.
 """
 import shutil
 
@@ -23,6 +24,11 @@ LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)
 # passes on torq is 14,336).
 TORQ_LARGEST = Geometry(2, (16, 16), (5, 5), (1, 1), 512, 8)
 VARIANTS = [(b, f) for b, flavors in FLAVORS.items() for f in flavors]
+# extended dimensions, on llvm-cpu: 4 groups of 128 channels (K = 10,368), and a 5x5 kernel
+# dilated 2x3 over a 13x17 window (K = 12,800), both padded 'same' at stride 1
+GROUPED = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8, "same", groups=4)
+DILATED = Geometry(2, (20, 24), (5, 5), (1, 1), 512, 8, "same", dilation=(3, 4))
+EXTENDED = {"grouped": GROUPED, "dilated": DILATED}
 
 
 def _flip_median(values: np.ndarray) -> None:
@@ -81,8 +87,21 @@ NO_MODULE = {("torq", "tflite", "f32"), ("torq", "tflite", "w8if32")}
 def test_one_flipped_weight_fails_the_case(tmp_path, target, backend, flavor):
     if (target, backend, flavor) in NO_MODULE:
         pytest.skip(f"torq-compile does not compile {backend}_{flavor} models (expected failure)")
+    _check_flip_fails(tmp_path, target, Case(TORQ_LARGEST if target == "torq" else LARGEST, backend, flavor,
+                                             target=target))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("geometry", EXTENDED)
+@pytest.mark.parametrize("backend, flavor", VARIANTS, ids=[f"{b}_{f}" for b, f in VARIANTS])
+def test_one_flipped_weight_fails_a_grouped_or_dilated_case(tmp_path, geometry, backend, flavor):
+    assert EXTENDED[geometry].validate().reduction in (128 * 81, 512 * 25)
+    _check_flip_fails(tmp_path, "llvm-cpu", Case(EXTENDED[geometry], backend, flavor))
+
+
+def _check_flip_fails(tmp_path, target, case):
+    backend = case.backend
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET=target))
-    case = Case(TORQ_LARGEST if target == "torq" else LARGEST, backend, flavor, target=target)
     model_dir, case_dir = cfg.model_dir(case), cfg.case_dir(case)
     for stage in (stages.model, stages.mlir):
         assert stage([case], cfg) is None

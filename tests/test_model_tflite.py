@@ -1,0 +1,80 @@
+"""The TFLite models: TF's own SAME padding and output shapes against the geometry's
+arithmetic, and every extended dimension built as the geometry says (real TensorFlow and the
+TFLite interpreter against the float64 reference on the same weights)."""
+import os
+
+import numpy as np
+import pytest
+
+from pipeline.cases import Case
+from pipeline.data import conv_weights, float_samples, input_shape
+from pipeline.geometry import Geometry
+from pipeline.reference import conv_nchw, to_channels_first, to_channels_last
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.mark.parametrize("size", [7, 8, 13, 16])
+@pytest.mark.parametrize("kernel, stride, dilation", [(1, 1, 1), (2, 1, 1), (3, 2, 1), (4, 3, 1), (5, 4, 1),
+                                                      (2, 1, 3), (3, 1, 2), (4, 1, 2)])
+def test_same_padding_matches_tf(size, kernel, stride, dilation):
+    """TF's SAME: output shape and where the padding goes (values), per axis, odd totals included."""
+    import tensorflow as tf
+
+    g = Geometry(2, (size, size + 1), (kernel, kernel), (stride, stride), 2, 3, "same", (dilation, dilation)).validate()
+    x, (w, b) = float_samples((1, *g.spatial, 2), 1).astype(np.float64), conv_weights(g, 2)
+    want = tf.nn.convolution(x, w.transpose(2, 3, 1, 0).astype(np.float64), strides=g.stride, padding="SAME",
+                             dilations=g.dilation).numpy() + b
+    assert want.shape[1:3] == g.out_spatial
+    got = to_channels_last(conv_nchw(to_channels_first(x), w, b, g))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+EXTENDED = [
+    Geometry(2, (13, 10), (4, 3), (2, 3), 3, 5, "same"),  # asymmetric same padding, strided
+    Geometry(2, (12, 11), (3, 2), (1, 1), 4, 6, "same", (2, 3)),  # dilated
+    Geometry(2, (9, 10), (3, 3), (1, 2), 8, 12, groups=4),  # grouped CONV_2D
+    Geometry(2, (9, 10), (3, 3), (2, 1), 6, 12, "same", groups=6),  # depthwise, multiplier 2
+    Geometry(2, (8, 9), (2, 3), (1, 1), 5, 7, batch=3),  # batch
+    Geometry(1, (30,), (4,), (1,), 7, 14, "same", (3,), 7, 2),  # Conv1D depthwise, dilated, batch 2
+    Geometry(1, (25,), (3,), (2,), 6, 9, groups=3),  # Conv1D grouped
+]
+
+
+@pytest.mark.parametrize("geometry", EXTENDED, ids=lambda g: g.id)
+def test_tflite_model_computes_its_geometry(geometry):
+    """f32 model through the TFLite interpreter = float64 conv of the case's weights."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from pipeline.model_tflite import convert
+
+    case = Case(geometry, "tflite", "f32")
+    interpreter = Interpreter(model_content=convert(case))
+    interpreter.allocate_tensors()
+    x = float_samples(input_shape(case), 3)
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    kernel, bias = conv_weights(geometry, case.weight_seed)
+    want = to_channels_last(conv_nchw(to_channels_first(x), kernel, bias, geometry))
+    assert got.shape == want.shape == (geometry.batch, *geometry.out_spatial, geometry.c_out)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("geometry", EXTENDED[2:4], ids=lambda g: g.id)
+def test_grouped_and_depthwise_weights_read_back_from_every_flavor(tmp_path, geometry):
+    """The oracle reads the (dequantized) kernel back from the model file, as (O, I / groups, *K)."""
+    from pipeline.model_tflite import convert
+    from pipeline.oracle import tflite_weights
+
+    kernel, bias = conv_weights(geometry, Case(geometry, "tflite", "f32").weight_seed)
+    for flavor in ("f32", "w8if32", "w8i8"):
+        case = Case(geometry, "tflite", flavor)
+        path = tmp_path / f"{flavor}.tflite"
+        path.write_bytes(convert(case))
+        weights = tflite_weights(case, path)
+        assert weights.kernel.shape == kernel.shape
+        step = np.abs(kernel).reshape(len(kernel), -1).max(axis=1) / 127 if flavor != "f32" else np.zeros(len(kernel))
+        assert (np.abs(weights.kernel - kernel) <= step.reshape(-1, 1, 1, 1) / 2 + 1e-7).all(), flavor
+        if flavor != "w8i8":  # w8i8 stores the bias as int32 on its own scale
+            np.testing.assert_allclose(weights.bias, bias, atol=1e-6)
