@@ -26,19 +26,21 @@ def _keras_model(case: Case):
 
     g = case.geometry
     kernel, bias = conv_weights(g, case.weight_seed)  # (O, I / groups, *K)
-    inputs = keras.Input((*g.spatial, g.c_in), batch_size=g.batch)
+    # Named: Keras numbers unnamed layers per process (conv2d_7, ...), which would make the same
+    # case's .tflite bytes differ from one build to the next and re-run everything downstream.
+    inputs = keras.Input((*g.spatial, g.c_in), batch_size=g.batch, name="input")
     spatial_axes = tuple(range(2, 2 + g.rank))
     common = dict(strides=g.stride, padding=g.padding, dilation_rate=g.dilation)
     if g.depthwise:
         layer_type = keras.layers.DepthwiseConv1D if g.rank == 1 else keras.layers.DepthwiseConv2D
-        layer = layer_type(g.kernel, depth_multiplier=g.depth_multiplier, **common)
+        layer = layer_type(g.kernel, depth_multiplier=g.depth_multiplier, name="conv", **common)
         # output channel o = c * M + m -> Keras (*K, C, M)
         weights = kernel[:, 0].reshape(g.c_in, g.depth_multiplier, *g.kernel).transpose(*spatial_axes, 0, 1)
     else:
         layer_type = keras.layers.Conv1D if g.rank == 1 else keras.layers.Conv2D
-        layer = layer_type(g.c_out, g.kernel, groups=g.groups, **common)
+        layer = layer_type(g.c_out, g.kernel, groups=g.groups, name="conv", **common)
         weights = kernel.transpose(*spatial_axes, 1, 0)  # -> Keras (*K, I / groups, O)
-    model = keras.Model(inputs, layer(inputs))
+    model = keras.Model(inputs, layer(inputs), name="model")
     layer.set_weights([weights, bias])
     return model
 

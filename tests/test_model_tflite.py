@@ -78,3 +78,12 @@ def test_grouped_and_depthwise_weights_read_back_from_every_flavor(tmp_path, geo
         assert (np.abs(weights.kernel - kernel) <= step.reshape(-1, 1, 1, 1) / 2 + 1e-7).all(), flavor
         if flavor != "w8i8":  # w8i8 stores the bias as int32 on its own scale
             np.testing.assert_allclose(weights.bias, bias, atol=1e-6)
+
+
+def test_the_same_case_converts_to_the_same_bytes():
+    """A rebuilt model must not differ from the last one (its consumers would all re-run)."""
+    from pipeline.model_tflite import convert
+
+    for flavor in ("f32", "w8if32", "w8i8"):
+        case = Case(EXTENDED[3], "tflite", flavor)
+        assert convert(case) == convert(case), flavor
