@@ -22,11 +22,10 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from . import expected
-from functools import cached_property
-
 from .cases import Case, Refused, make_cases, parse_variants, refused
 from .errors import ConfigError
 from .executables import resolve
@@ -67,7 +66,6 @@ class Config:
     spec_path: str | None = None  # where the spec came from, None for the built-in one
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
     targets: tuple[Target, ...] = ()  # the selected targets, in CONV_SWEEP_TARGET's order
-    profile: str = "seed"  # the built-in geometry profile (when no spec file is given)
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -117,7 +115,7 @@ class Config:
                 resolve_tool(profile, profile.dump_tool, base, manifest),
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), profile)
+        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets))
 
     @cached_property
     def sampled(self):
