@@ -41,13 +41,25 @@ DOIT_CONFIG = {
     "verbosity": 0,
     "check_file_uptodate": "md5",  # an upstream rebuild with identical bytes does not cascade
 }
+if CFG.scheduler:
+    # The stages run on Dask (pipeline/cluster.py): doit's threads only submit and wait, so
+    # one slot per cluster worker keeps them busy; `doit -n` still overrides it.
+    DOIT_CONFIG.update({"par_type": "thread", "num_process": CFG.scheduler.slots})
 
 
-def _action(stage_fn, subject, targets):
-    """Run one stage of its subject (one case, or the cases sharing one model on every target);
-    a failure message becomes a doit task failure. On success the outputs' size, mtime and
-    digest are saved with the task (doit values)."""
-    message = stage_fn(subject, CFG)
+def _action(task, subject, targets):
+    """Run one stage of its subject (one case, or the cases sharing one model on every target),
+    here or on the Dask cluster; a failure message becomes a doit task failure. On success the
+    outputs' size, mtime and digest are saved with the task (doit values)."""
+    if CFG.scheduler:
+        from pipeline.cluster import connect
+
+        try:
+            message = connect(CFG).run(task, subject)
+        except ConfigError as err:
+            message = f"conv-sweep: bad configuration: {err}"
+    else:
+        message = getattr(stages, task)(subject, CFG)
     if message:
         print(message, file=sys.stderr)
         return TaskFailed(message)
@@ -95,7 +107,7 @@ def _groups(stage):
             yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
 
 
-def _subtasks(stage, doc, stage_fn, file_dep, targets, extra=None, clean_case_dir=False):
+def _subtasks(stage, doc, file_dep, targets, extra=None, clean_case_dir=False):
     """One subtask per group; file_dep(case) names its inputs as (True, file) in the model
     folder or (False, file) in the output folder, targets(case) its outputs."""
     for name, cases, model_folder, folder in _groups(stage):
@@ -114,23 +126,25 @@ def _subtasks(stage, doc, stage_fn, file_dep, targets, extra=None, clean_case_di
         yield {
             "name": name,
             "doc": doc,
-            "actions": [(_action, [stage_fn, cases if stage in ("model", "mlir") else first, outputs])],
+            "actions": [(_action, [stage, cases if stage in ("model", "mlir") else first, outputs])],
             "file_dep": [os.path.join(model_folder if shared else folder, dep) for shared, dep in file_dep(first)],
             "targets": [] if ends_here else outputs,
             "uptodate": [config_changed(key), (_output_intact, [outputs])],
             "clean": [(_clean_case_dir, [c]) for c in cases] if clean_case_dir else True,
+            # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print little
+            **({"io": {"capture": False}} if CFG.scheduler else {}),
         }
 
 
 def task_model():
     """Build the case's model file (.tflite from tf.keras, .onnx from torch), shared by every target."""
-    yield from _subtasks("model", "build the model file", stages.model, lambda c: [], lambda c: [c.model_file],
+    yield from _subtasks("model", "build the model file", lambda c: [], lambda c: [c.model_file],
                          lambda c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor})
 
 
 def task_mlir():
     """Import the model file to MLIR (tosa-converter-for-tflite / iree-import-onnx), shared by every target."""
-    yield from _subtasks("mlir", "import model.mlir (and model.mlirbc for TFLite)", stages.mlir,
+    yield from _subtasks("mlir", "import model.mlir (and model.mlirbc for TFLite)",
                          lambda c: [(True, c.model_file)], _mlir_outputs)
 
 
@@ -167,14 +181,14 @@ _KEYS = _target_keys()
 
 def task_vmfb():
     """Compile the MLIR for the case's target (iree-compile, torq-compile, ...)."""
-    yield from _subtasks("vmfb", "compile model.vmfb", stages.vmfb, lambda c: [(True, stages.mlir_input(c, CFG))],
+    yield from _subtasks("vmfb", "compile model.vmfb", lambda c: [(True, stages.mlir_input(c, CFG))],
                          lambda c: [stages.VMFB],
                          lambda c: {**_KEYS[c.target][0], "flags": list(CFG.target(c.target).compile_flags(c.variant))})
 
 
 def task_verify():
     """Run the .vmfb on the target and compare with the oracle; writes result.json."""
-    yield from _subtasks("verify", "run, compare and write result.json", stages.verify,
+    yield from _subtasks("verify", "run, compare and write result.json",
                          lambda c: [(True, c.model_file), (False, stages.VMFB)], lambda c: ["result.json"],
                          lambda c: {**_KEYS[c.target][1], "compile_only": c.compile_only}, clean_case_dir=True)
 

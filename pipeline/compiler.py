@@ -44,13 +44,18 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
     With `profiling` flags (naming the timeline file as {csv}), the same compile also writes
     the compiler's estimated timeline to PROFILE beside the module (torq-compile's profiling
     flags leave the module unchanged; tests/test_compiler.py checks it)."""
+    import os
+
     name = Path(compiler).name
     vmfb = Path(vmfb)
     (vmfb.parent / PROFILE).unlink(missing_ok=True)
     with atomic_output(vmfb) as tmp, (atomic_output(vmfb.parent / PROFILE) if profiling else nullcontext()) as csv:
-        extra = tuple(flag.replace("{csv}", str(csv)) for flag in profiling)
-        elapsed = run_tool(compile_command(compiler, mlir, tmp, flags + extra), stage=STAGE, timeout=timeout,
-                           log=log)
+        # Run in the module's folder with relative paths: the compiler records its input's path
+        # in the module, which must not depend on where the build folder is (or on which machine).
+        extra = tuple(flag.replace("{csv}", Path(csv).name) for flag in profiling)
+        command = compile_command(compiler, Path(os.path.relpath(mlir, vmfb.parent)), Path(Path(tmp).name),
+                                  flags + extra)
+        elapsed = run_tool(command, stage=STAGE, timeout=timeout, log=log, cwd=vmfb.parent)
         try:
             check_vmfb(tmp, name)
         except StageError as err:

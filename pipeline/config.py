@@ -14,6 +14,9 @@ Knobs (all optional):
   CONV_SWEEP_TARGET         target profile, or a comma-separated list (default llvm-cpu)
   CONV_SWEEP_TARGETS_FILE   JSON file adding or overriding target profiles
   CONV_SWEEP_TOOLCHAIN_DIR  where `doit toolchain` installs the Torq toolchain
+  CONV_SWEEP_SCHEDULER      run the stages on Dask: local:N (a LocalCluster of N worker processes
+                            started for the run) or tcp://host:port (an existing scheduler)
+  CONV_SWEEP_ARTIFACTS      with a scheduler: auto (default: detected), shared or shipped
   CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
                             target's name (default pipeline/expected_failures/<target>.json)
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from . import expected
 from .cases import Case, Refused, make_cases, parse_variants, refused
+from .cluster import Scheduler, parse_artifacts, parse_scheduler
 from .errors import ConfigError
 from .executables import resolve
 from .sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
@@ -66,6 +70,8 @@ class Config:
     spec_path: str | None = None  # where the spec came from, None for the built-in one
     compile_only: frozenset[str] = frozenset()  # backend_flavor names not checked numerically
     targets: tuple[Target, ...] = ()  # the selected targets, in CONV_SWEEP_TARGET's order
+    scheduler: Scheduler | None = None  # run the stages on Dask (None: in doit's own workers)
+    artifacts: str = "auto"  # with a scheduler: how workers reach the build folder
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -114,8 +120,10 @@ class Config:
                 resolve_tool(profile, profile.runner, base, manifest),
                 resolve_tool(profile, profile.dump_tool, base, manifest),
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
+        scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
+        artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets))
+        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts)
 
     @cached_property
     def sampled(self):

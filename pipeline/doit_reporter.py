@@ -122,6 +122,18 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def _start_cluster(cfg) -> None:
+    """Connect to (or start) the Dask cluster before any task; a bad cluster stops the run."""
+    from pipeline.cluster import connect
+    from pipeline.errors import ConfigError
+
+    try:
+        connect(cfg)
+    except ConfigError as err:
+        print(f"conv-sweep: bad configuration, nothing was run: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def _report_at_end(selected: list[str], tasks: dict) -> bool:
     """A run that touches case tasks writes the report when it ends."""
     return any(":conv_" in name for name in _closure(tasks, selected))
@@ -153,6 +165,8 @@ class SweepReporter(ConsoleReporter):
         self.progress.initialize(tasks, selected_tasks)
         self.report = _report_at_end(selected_tasks, tasks)
         dodo = _dodo()
+        if self.report and dodo is not None and dodo.CFG.scheduler:
+            _start_cluster(dodo.CFG)  # its line (where the stages run, how artifacts move) comes first
         if self.report and dodo is not None:
             refused = dodo.CFG.refused()
             if refused:
@@ -206,6 +220,9 @@ class SweepJsonReporter(JsonReporter):
 
     def initialize(self, tasks, selected_tasks):  # doit's JsonReporter has no initialize of its own
         self.report = _report_at_end(selected_tasks, tasks)
+        dodo = _dodo()
+        if self.report and dodo is not None and dodo.CFG.scheduler:
+            _start_cluster(dodo.CFG)  # its line goes to stderr: stdout holds only the JSON
         if self.report:
             os.environ[REPORT_AT_END] = "1"
 

@@ -23,7 +23,7 @@ from .errors import StageError
 from .tools import describe_exit
 
 _HEADER = struct.Struct("<Q")
-_helpers: dict[tuple[int, str], subprocess.Popen] = {}  # (worker pid, helper name) -> helper process
+_helpers: dict[tuple, subprocess.Popen] = {}  # (worker pid, thread, helper name) -> helper process
 _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
 STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
 
@@ -46,7 +46,7 @@ def _receive(stream):
 def _helper(name: str) -> subprocess.Popen:
     """This worker's helper of that name (one per kind of work: native libraries that each
     bundle their own LLVM/MLIR, such as TensorFlow's and IREE's, stay in separate processes)."""
-    key = (os.getpid(), name)
+    key = _key(name)
     proc = _helpers.get(key)
     if proc is None or proc.poll() is not None:
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
@@ -57,8 +57,16 @@ def _helper(name: str) -> subprocess.Popen:
     return proc
 
 
+def _key(name: str) -> tuple:
+    """Helpers belong to one worker process and, where it runs tasks in threads (a Dask worker
+    with several threads), to one thread: a helper serves one call at a time."""
+    import threading
+
+    return os.getpid(), threading.get_ident(), name
+
+
 def _discard(name: str, proc: subprocess.Popen) -> None:
-    _helpers.pop((os.getpid(), name), None)
+    _helpers.pop(_key(name), None)
     proc.kill()
     proc.wait()
 
@@ -67,9 +75,9 @@ def warm(warm_up: str, *, helper: str, stage: str, log) -> None:
     """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
     so that a call's own timeout and duration measure the work itself."""
     _helper(helper)
-    if warm_up not in _warm[(os.getpid(), helper)]:
+    if warm_up not in _warm[_key(helper)]:
         _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
-        _warm[(os.getpid(), helper)].add(warm_up)
+        _warm[_key(helper)].add(warm_up)
 
 
 def call(function: str, *args, helper: str, stage: str, timeout: float, log, **kwargs):
@@ -95,7 +103,7 @@ def _call(helper: str, function: str, args, kwargs, stage: str, timeout: float, 
     reply = _receive(proc.stdout)
     if reply is None:
         returncode = proc.wait()
-        _helpers.pop((os.getpid(), helper), None)
+        _helpers.pop(_key(helper), None)
         raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
                          None, str(log))
     ok, value = reply

@@ -40,7 +40,7 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
 
 _NORMALIZE = [
     (re.compile(r"conv_(tflite|onnx)_\w+"), "<case>"),
-    (re.compile(r"(?:[A-Za-z]:)?/[^\s'\"():,]+"), "<path>"),
+    (re.compile(r"(?:[A-Za-z]:|\.\.?)?/[^\s'\"():,]+"), "<path>"),  # absolute, or ./ ../ relative
     (re.compile(r"tensor<[^>]*>"), "tensor<...>"),
     (re.compile(r"\b(?:\d+x)+(?:[a-z]+\d*|\d+)\b"), "<shape>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),

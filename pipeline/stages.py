@@ -116,6 +116,19 @@ def _failed(case: Case, cfg: Config, stage: str, reason: str, log: str | None, r
     return f"{case.key}: {what} {reason}{where}; repro: {repro}"
 
 
+def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:
+    """Record a failure the stage could not record itself (its Dask worker was lost, no answer
+    came): each case's result.json; the task's failure message, or None where expected."""
+    from .repro import write_repro
+
+    messages = []
+    for case in cases:
+        cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
+        repro = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
+        messages.append(_failed(case, cfg, stage, reason, None, repro))
+    return "\n".join(m for m in messages if m) or None
+
+
 def model(cases: list[Case], cfg: Config) -> str | None:
     from .isolate import call, warm
 

@@ -59,16 +59,18 @@ def _diagnostic(text: str) -> str:
     return (errors or lines or [""])[0 if errors else -1][:300]
 
 
-def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None) -> float:
-    """Run argv; append its command line and output to `log`; return its wall time in seconds.
+def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None,
+             cwd: Path | None = None) -> float:
+    """Run argv (in `cwd`, if given); append its command line and output to `log`; return its
+    wall time in seconds.
 
     Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout.
     """
-    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env)[0]
+    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd)[0]
 
 
 def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
-                    env: dict | None = None) -> tuple[float, str]:
+                    env: dict | None = None, cwd: Path | None = None) -> tuple[float, str]:
     """run_tool, also returning what the tool printed on stdout."""
     argv = [str(a) for a in argv]
     log = Path(log)
@@ -78,7 +80,7 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
         # A new session, so that a timeout kills the tool and every process it started: a
         # grandchild left holding the output pipes would otherwise block the read for ever.
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+                                env=env, cwd=cwd, start_new_session=True)
     except OSError as err:
         _append_log(log, argv, f"could not start: {err}", b"", b"")
         raise StageError(stage, f"{Path(argv[0]).name} could not start: {err.strerror}", argv, str(log)) from None

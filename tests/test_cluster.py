@@ -1,0 +1,159 @@
+"""The sweep on a real Dask cluster, through `doit`: a local:2 cluster gives the same statuses
+and the same .vmfb bytes as doit's own workers, with the build folder shared and with the
+artifacts shipped as bytes; reruns run nothing; misbehaving compilers (one of them killing its
+Dask worker) fail their own cases only; a scheduler and workers started as the README says
+run the sweep, and a worker with other project code is refused."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, clean_env, doit, executed, real_compiler, results, write_spec
+from test_dodo import SMALL
+
+pytestmark = pytest.mark.slow
+
+
+def _vmfbs(build: Path) -> dict[str, bytes]:
+    return {p.parent.parent.name: p.read_bytes() for p in sorted(build.glob("cases/*/llvm-cpu/model.vmfb"))}
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The reference: the same cases under doit's own `-n 2` workers."""
+    tmp = tmp_path_factory.mktemp("local")
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp / "build")
+    run = doit("-n", "2", "sweep", env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return tmp / "build"
+
+
+@pytest.mark.parametrize("artifacts, said", [("auto", "artifacts: shared filesystem"),
+                                             ("shipped", "artifacts: shipped as bytes (no shared filesystem)")])
+def test_local_cluster_gives_the_same_results_as_doit_workers(local_run, tmp_path, artifacts, said):
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:2",
+                    CONV_SWEEP_ARTIFACTS=artifacts)
+    run = doit("sweep", env=env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stderr.splitlines()[0].startswith("conv-sweep: the stages run on Dask, a local cluster of 2 worker")
+    assert said in run.stderr.splitlines()[0]
+    theirs, ours = results(local_run), results(tmp_path / "build")
+    assert sorted(ours) == sorted(theirs) and len(ours) == 10
+    assert {n: r["status"] for n, r in ours.items()} == {n: r["status"] for n, r in theirs.items()}
+    assert all(r["status"] == "pass" for r in ours.values())
+    assert _vmfbs(tmp_path / "build") == _vmfbs(local_run)
+    text = "".join(p.read_text() for p in (tmp_path / "build").rglob("*") if p.suffix in (".json", ".log", ".sh"))
+    assert "conv-sweep-" not in text  # no worker's private folder named in what came back
+
+    rerun = doit("-r", "json", "sweep", env=env)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert executed(rerun) == []
+
+
+# For the Conv1D geometry: a crash, a hang, and a compile that kills its own Dask worker.
+WRAPPER = """#!/bin/sh
+case "$PWD/$1" in
+  *conv_tflite_f32_*_r1_*) kill -SEGV $$;;
+  *conv_tflite_w8i8_*_r1_*) sleep 600;;
+  *conv_onnx_f32_*_r1_*) kill -9 $PPID; sleep 5; exit 1;;
+esac
+exec {real} "$@"
+"""
+
+
+def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
+    wrapper = tmp_path / "iree-compile-wrapper"
+    wrapper.write_text(WRAPPER.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:2",
+                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)
+    start = time.monotonic()
+    run = doit("sweep", env=env, timeout=600)
+    print(f"local:2 sweep with three misbehaving compiles: {time.monotonic() - start:.1f} s")
+    assert run.returncode != 0
+    found = results(tmp_path / "build")
+    assert len(found) == 10
+    bad = {"tflite_f32": "killed by signal SIGSEGV", "tflite_w8i8": "timed out after 5 s",
+           "onnx_f32": "its Dask worker died running it, twice (KilledWorker)"}
+    for name, result in found.items():
+        variant = f"{result['backend']}_{result['flavor']}"
+        if result["category"] == "small1d" and variant in bad:
+            assert (result["status"], result["stage"]) == ("error", "compile"), name
+            assert bad[variant] in result["reason"], (name, result["reason"])
+        else:
+            assert result["status"] == "pass", (name, result["reason"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(argv, env, log):
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_workers(address: str, count: int, timeout: float = 60) -> None:
+    import distributed
+
+    with distributed.Client(address, timeout=30) as client:
+        deadline = time.monotonic() + timeout
+        while len(client.scheduler_info()["workers"]) != count:
+            assert time.monotonic() < deadline, f"the scheduler never had {count} workers"
+            time.sleep(0.5)
+
+
+def test_scheduler_and_workers_started_by_hand(tmp_path):
+    """`dask scheduler` and `dask worker --preload pipeline.cluster`, as in the README; then a
+    worker running a changed copy of the project is refused before any task."""
+    dask = str(Path(sys.executable).parent / "dask")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    log = open(tmp_path / "cluster.log", "w")
+    procs = [_start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                    {**base, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}, log)]
+    worker = [dask, "worker", address, "--nthreads", "1", "--preload", "pipeline.cluster", "--no-dashboard"]
+    try:
+        procs.append(_start(worker, base, log))
+        env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL[:1]), CONV_SWEEP_N=0,
+                        CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER=address)
+        run = doit("-n", "1", "sweep", env=env)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        assert f"the scheduler {address} (1 workers, 1 threads); artifacts: shared filesystem" in run.stderr
+        assert [r["status"] for r in results(tmp_path / "build").values()] == ["pass"] * 5
+
+        old = procs.pop()
+        old.terminate()
+        old.wait(timeout=30)
+        _wait_for_workers(address, 0)
+        other = tmp_path / "other"
+        shutil.copytree(ROOT / "pipeline", other / "pipeline")
+        with open(other / "pipeline" / "cases.py", "a") as f:
+            f.write("\n# a different version\n")
+        procs.append(_start(worker, {**base, "PYTHONPATH": str(other)}, log))
+        _wait_for_workers(address, 1)
+        env["CONV_SWEEP_BUILD_DIR"] = str(tmp_path / "build2")
+        refused = doit("-n", "1", "sweep", env=env)
+        assert refused.returncode != 0
+        assert "differs from this driver in its project code" in refused.stderr, refused.stderr[-2000:]
+        assert not (tmp_path / "build2" / "cases").exists()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
