@@ -208,10 +208,17 @@ def task_toolchain():
     return {"actions": [(_install_toolchain,)], "verbosity": 2, "uptodate": [False]}
 
 
-def _report():
-    """Write the report now, unless this run writes it when it ends (it ran case tasks)."""
-    from pipeline.report import REPORT_AT_END, report_run
+def _report(merge):
+    """Write the report now, unless this run writes it when it ends (it ran case tasks); with
+    --merge, one report from several build folders or results.json files."""
+    from pipeline.report import REPORT_AT_END, merge_reports, report_run
 
+    if merge:
+        try:
+            merge_reports(merge, CFG)
+        except ConfigError as err:
+            return TaskFailed(f"conv-sweep: {err}")
+        return None
     if os.environ.get(REPORT_AT_END):
         print("conv-sweep: the report is written when this run ends")
         return None
@@ -221,7 +228,9 @@ def _report():
 
 def task_report():
     """Summarize every case's result.json: terminal table, report/{results.json,junit.xml,report.html}."""
-    return {"actions": [(_report,)], "verbosity": 2, "uptodate": [False]}
+    merge = {"name": "merge", "long": "merge", "type": list, "default": [],
+             "help": "a build folder or results.json to merge into one report (repeat it: the shards of a run)"}
+    return {"actions": [(_report,)], "params": [merge], "verbosity": 2, "uptodate": [False]}
 
 
 def _accept_failures():

@@ -17,6 +17,7 @@ Knobs (all optional):
   CONV_SWEEP_SCHEDULER      run the stages on Dask: local:N (a LocalCluster of N worker processes
                             started for the run) or tcp://host:port (an existing scheduler)
   CONV_SWEEP_ARTIFACTS      with a scheduler: auto (default: detected), shared or shipped
+  CONV_SWEEP_SHARD          i/N: only shard i of N of the cases, balanced by estimated cost
   CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
                             target's name (default pipeline/expected_failures/<target>.json)
 """
@@ -72,6 +73,7 @@ class Config:
     targets: tuple[Target, ...] = ()  # the selected targets, in CONV_SWEEP_TARGET's order
     scheduler: Scheduler | None = None  # run the stages on Dask (None: in doit's own workers)
     artifacts: str = "auto"  # with a scheduler: how workers reach the build folder
+    shard: tuple[int, int] | None = None  # (i, N): shard i of N of the cases
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -122,8 +124,12 @@ class Config:
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
+        from . import shard
+
+        part = shard.parse(env.get("CONV_SWEEP_SHARD"))
         _check_writable(build_dir)
-        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts)
+        return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
+                   part)
 
     @cached_property
     def sampled(self):
@@ -131,11 +137,13 @@ class Config:
         return self.spec.sample(self.n)
 
     def cases(self) -> list[Case]:
+        from .shard import select
+
         cases = []
         for target in self.targets:
             cases += make_cases(self.sampled, self.compile_only | frozenset(target.profile.compile_only),
                                 target.expectations, target.name, target.profile.flavors)
-        return cases
+        return select(cases, self.shard)
 
     def refused(self) -> list[Refused]:
         """The cases not generated because a frontend refuses their geometry (any target)."""

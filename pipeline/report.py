@@ -279,6 +279,42 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
         print(heading + text, end="", file=out)
 
 
+def merge_reports(sources: list[str], cfg, out=None) -> None:
+    """One report per target from several build folders (their report/<target>/results.json) or
+    results.json files, e.g. the shards of a CI matrix; written to cfg's report folder."""
+    import sys
+
+    from .cases import Refused
+    from .errors import ConfigError
+
+    documents = []
+    for source in sources:
+        path = Path(source)
+        found = sorted(path.glob(f"{REPORT_DIR}/*/results.json")) if path.is_dir() else [path]
+        if not found or not all(p.is_file() for p in found):
+            raise ConfigError("report --merge", source, "is neither a build folder with a report nor a results.json")
+        documents += [(p, json.loads(p.read_text())) for p in found]
+    by_target: dict[str, dict] = {}
+    for path, document in documents:
+        for entry in document["cases"]:
+            merged = by_target.setdefault(entry["target"], {"tools": document["tools"], "cases": {}, "refused": {}})
+            key = entry["case"]
+            if key in merged["cases"]:
+                raise ConfigError("report --merge", str(path), f"repeats {key}@{entry['target']} (already in "
+                                  f"{merged['cases'][key][0]})")
+            merged["cases"][key] = (path, entry)
+        for r in document.get("refused", []):
+            for merged in by_target.values():
+                merged["refused"].setdefault(r["case"], Refused(r["case"], r["variant"], r["category"], r["reason"]))
+    for target, merged in by_target.items():
+        entries = [entry for _, entry in merged["cases"].values()]
+        folder = cfg.build_dir / REPORT_DIR / target
+        refused = list(merged["refused"].values())
+        groups = write_report(entries, folder, merged["tools"], refused)["buckets"]
+        print(f"target {target}: {len(entries)} cases, merged from {len(documents)} reports\n"
+              + summary(entries, groups, folder, refused), file=out or sys.stdout)
+
+
 def accept_failures(cfg, cases: list[Case], out=None) -> list:
     """Rewrite each target's expected-failures file so that every case failing now is expected."""
     import sys
