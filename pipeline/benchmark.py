@@ -5,7 +5,9 @@
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a rerun after changing CONV_SWEEP_COMPILE_FLAGS; a naive baseline (the same
 cases through the same stage functions in one serial loop, no caching); the intrinsic tool
-time (per-stage durations from result.json, divided by 2 cores); `doit list` and a no-op
+time (per-stage durations from result.json, divided by 2 cores); the same cold sweep with the
+stages on a local Dask cluster (CONV_SWEEP_SCHEDULER=local:2) and its overhead against the
+`doit -n 2` run; `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
 folder); and the peak resident memory of each run's whole process tree. Prints a table and
 the ratios, and writes them as JSON.
@@ -121,6 +123,9 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     flags_env = {**sweep_env, "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
     rows["rerun after CONV_SWEEP_COMPILE_FLAGS change"] = measure(_doit("-n", str(CORES), "sweep"), flags_env)
     rows["naive serial loop"] = measure([sys.executable, "-c", NAIVE], naive_env)
+    dask_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "dask"), "CONV_SWEEP_SCHEDULER": f"local:{CORES}"}
+    dask = measure(_doit("sweep"), dask_env)
+    rows[f"cold sweep on Dask (local:{CORES})"] = dask
     tools = intrinsic(work / "sweep")
     floor = sum(tools.values()) / CORES
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
@@ -142,6 +147,7 @@ def run(n: int, spec: str | None, work: Path) -> dict:
             "cold / naive": round(cold["seconds"] / rows["naive serial loop"]["seconds"], 3),
             "naive / cold (speed-up)": round(rows["naive serial loop"]["seconds"] / cold["seconds"], 3),
             "no-op / cold": round(rows["no-op rerun"]["seconds"] / cold["seconds"], 4),
+            f"Dask local:{CORES} / cold doit -n {CORES} (overhead)": round(dask["seconds"] / cold["seconds"], 3),
         },
     }
     return figures

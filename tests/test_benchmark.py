@@ -25,8 +25,10 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     assert runs["no-op rerun"]["executed_tasks"] == 0
     assert runs["rerun after CONV_SWEEP_COMPILE_FLAGS change"]["executed_tasks"] >= 5
     assert runs["naive serial loop"]["returncode"] == 0
+    assert runs["cold sweep on Dask (local:2)"]["executed_tasks"] == 20
+    assert runs["cold sweep on Dask (local:2)"]["returncode"] == 0
     assert all(r["peak_rss_mb"] > 0 for r in runs.values())
     assert figures["intrinsic_floor_seconds"] > 0
     assert set(figures["ratios"]) == {"cold / intrinsic floor", "cold / naive", "naive / cold (speed-up)",
-                                      "no-op / cold"}
+                                      "no-op / cold", "Dask local:2 / cold doit -n 2 (overhead)"}
     assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout

@@ -36,9 +36,12 @@ def _outcome(build):
     return out
 
 
-def test_kill_9_keeps_finished_tasks_and_a_second_run_refuses(tmp_path):
+@pytest.mark.parametrize("scheduler", [None, "local:2"])
+def test_kill_9_keeps_finished_tasks_and_a_second_run_refuses(tmp_path, scheduler):
+    """With a scheduler, only the driver is killed (its Dask workers are left to find it gone)."""
     spec = write_spec(tmp_path / "spec.json", GEOMETRIES)
-    env = clean_env(CONV_SWEEP_SPEC=spec, CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    env = clean_env(CONV_SWEEP_SPEC=spec, CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "build",
+                    **({"CONV_SWEEP_SCHEDULER": scheduler} if scheduler else {}))
     build = tmp_path / "build"
     proc = subprocess.Popen([*DOIT, "-n", "2", "sweep"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -54,6 +57,10 @@ def test_kill_9_keeps_finished_tasks_and_a_second_run_refuses(tmp_path):
 
         finished = _finished_tasks(build)
         time.sleep(2)  # every task finished above has long been recorded
+        if scheduler:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            time.sleep(1)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
