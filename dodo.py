@@ -239,6 +239,30 @@ def _accept_failures():
     accept_failures(CFG, CASES)
 
 
+def _compare(old, new, out):
+    from pipeline.diff import compare_runs
+
+    if not old or not new:
+        return TaskFailed("conv-sweep: doit compare needs --old and --new (build folders or results.json files)")
+    try:
+        text, regressions = compare_runs(old, new, Path(out) if out else CFG.build_dir / "compare")
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    print(text)
+    if regressions:
+        return TaskFailed(f"conv-sweep: {regressions} regressions (cases passing in --old, failing in --new)")
+    return None
+
+
+def task_compare():
+    """Compare two runs (--old, --new: build folders or results.json): regressions, fixes, buckets, ratios."""
+    params = [{"name": "old", "long": "old", "default": "", "help": "the earlier run: a build folder or results.json"},
+              {"name": "new", "long": "new", "default": "", "help": "the later run: a build folder or results.json"},
+              {"name": "out", "long": "out", "default": "",
+               "help": "where compare.html, compare.json and junit.xml go (default: <build>/compare)"}]
+    return {"actions": [(_compare,)], "params": params, "verbosity": 2, "uptodate": [False]}
+
+
 def _print_refused():
     refused = CFG.refused()
     for r in refused:

@@ -1,0 +1,72 @@
+"""Comparing two runs (`doit compare`): two real runs that differ, the real compiler against
+one that fails the Conv1D ONNX cases; and the rules on results entries."""
+import json
+import re
+
+import pytest
+
+from helpers import clean_env, doit, real_compiler, write_spec
+from pipeline.diff import diff
+from test_dodo import SMALL
+
+WRAPPER = """#!/bin/sh
+case "$PWD/$1" in  # the compiler runs in the case's folder, on ../model.mlir
+  *conv_onnx_*_r1_*) echo "$1:3:7: error: 'linalg.conv_1d' op injected failure" >&2; exit 1;;
+esac
+exec {real} "$@"
+"""
+
+
+@pytest.mark.slow
+def test_compare_two_real_runs(tmp_path):
+    spec = write_spec(tmp_path / "spec.json", SMALL)
+    good = clean_env(CONV_SWEEP_SPEC=spec, CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "good")
+    assert doit("-n", "2", "sweep", env=good).returncode == 0
+    wrapper = tmp_path / "iree-compile"
+    wrapper.write_text(WRAPPER.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    bad = {**good, "CONV_SWEEP_BUILD_DIR": str(tmp_path / "bad"), "CONV_SWEEP_IREE_COMPILE": str(wrapper)}
+    assert doit("-n", "2", "sweep", env=bad).returncode != 0
+
+    worse = doit("compare", "--old", str(tmp_path / "good"), "--new", str(tmp_path / "bad"), env=good)
+    assert worse.returncode != 0
+    out = worse.stdout + worse.stderr
+    regressions = sorted(re.findall(r"REGRESSION (\S+): pass -> error at compile", out))
+    assert regressions == ["conv_onnx_bf16_w20_h1_f8_k5_c4_r1_s1x2_pvalid",
+                           "conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
+    assert "2 regressions" in out
+    folder = tmp_path / "good" / "compare"
+    document = json.loads((folder / "compare.json").read_text())
+    assert [len(document[0][k]) for k in ("regressions", "fixed", "still_failing")] == [2, 0, 0]
+    junit = (folder / "junit.xml").read_text()
+    assert junit.count("<testcase ") == 10 and junit.count('type="regression"') == 2
+    page = (folder / "compare.html").read_text()
+    assert "conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid" in page and "http" not in page
+
+    better = doit("compare", "--old", str(tmp_path / "bad" / "report" / "llvm-cpu" / "results.json"),
+                  "--new", str(tmp_path / "good"), "--out", str(tmp_path / "back"), env=good)
+    assert better.returncode == 0, better.stdout + better.stderr
+    assert json.loads((tmp_path / "back" / "compare.json").read_text())[0]["fixed"][0]["old"] == "error"
+
+    missing = doit("compare", "--old", str(tmp_path / "nowhere"), "--new", str(tmp_path / "good"), env=good)
+    assert missing.returncode != 0 and "compare --old" in missing.stdout + missing.stderr
+
+
+def _entry(case, status, reason="", ratio=None, stage=None):
+    metrics = {"check": {"error_to_tolerance": ratio}} if ratio is not None else {}
+    return {"case": case, "status": status, "stage": stage, "reason": reason, "metrics": metrics, "repro": "r"}
+
+
+def test_diff_rules():
+    old = {"a": _entry("a", "pass", ratio=0.1), "b": _entry("b", "error", "x failed at 3", stage="compile"),
+           "c": _entry("c", "xfail", "y: 1 of 9", stage="verify"), "d": _entry("d", "pass", ratio=0.5),
+           "e": _entry("e", "pass", ratio=0.001), "gone": _entry("gone", "pass")}
+    new = {"a": _entry("a", "fail", "outside", ratio=3.0, stage="verify"), "b": _entry("b", "pass", ratio=0.2),
+           "c": _entry("c", "error", "z crashed", stage="compile"), "d": _entry("d", "pass", ratio=0.2),
+           "e": _entry("e", "pass", ratio=0.004), "new": _entry("new", "pass")}
+    d = diff(old, new)
+    assert [r["case"] for r in d["regressions"]] == ["a"]
+    assert [r["case"] for r in d["fixed"]] == ["b"]
+    assert [r["case"] for r in d["still_failing"]] == ["c"] and [r["case"] for r in d["bucket_changes"]] == ["c"]
+    assert sorted(r["case"] for r in d["ratio_moves"]) == ["a", "d"]  # e: 0.001 -> 0.004 is below the floor
+    assert d["only_old"] == ["gone"] and d["only_new"] == ["new"]
