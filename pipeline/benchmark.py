@@ -76,7 +76,8 @@ def measure(argv: list[str], env: dict, cwd: Path = ROOT) -> dict:
 
 
 def _doit(*args) -> list[str]:
-    return [sys.executable, "-m", "doit", *args]
+    """A doit command; sweeps run with -v 2, whose line per started task is what _executed counts."""
+    return [sys.executable, "-m", "doit", *(("-v", "2") if "sweep" in args else ()), *args]
 
 
 def _executed(stdout: str) -> int:

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+from doit.exceptions import UnmetDependency
 from doit.reporter import ConsoleReporter, JsonReporter
 
 from pipeline.report import REPORT_AT_END
@@ -35,8 +36,12 @@ def _closure(tasks: dict, selected: list[str]) -> set[str]:
     return seen
 
 
+STAGES = ("model", "mlir", "vmfb", "verify")
+
+
 class Progress:
-    """Cases done of total, failures so far, elapsed and estimated time left."""
+    """What is moving, from the first seconds: tasks done per stage, cases verified, failures so
+    far, elapsed time, and the time left estimated from the measured task durations."""
 
     def __init__(self, stream, interval: float):
         self.stream, self.interval = stream, interval
@@ -46,9 +51,13 @@ class Progress:
         self.worked: set[str] = set()
         self.done = 0
         self.start = time.monotonic()
-        self.first_work = None
         self.last_print = 0.0
         self.shown = False
+        self.totals = dict.fromkeys(STAGES, 0)  # tasks per stage in this run
+        self.finished_tasks = dict.fromkeys(STAGES, 0)  # run or found up to date
+        self.ran: dict[str, list[float]] = {s: [] for s in STAGES}  # measured durations of tasks that ran
+        self.started: dict[str, float] = {}
+        self.concurrency = 1
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
         """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
@@ -56,6 +65,7 @@ class Progress:
         shared: dict[str, set[str]] = {}
         for name in _closure(tasks, selected):
             if ":conv_" in name:
+                self.totals[name.split(":", 1)[0]] += 1
                 subject = name.split(":", 1)[1]
                 if "@" in subject:
                     self.pending.setdefault(subject, set()).add(name)
@@ -74,11 +84,17 @@ class Progress:
     def executing(self, name: str) -> None:
         if ":conv_" in name:
             self.worked.update(self._keys(name))
-            self.first_work = self.first_work or time.monotonic()
+            self.started[name] = time.monotonic()
+            self.concurrency = max(self.concurrency, len(self.started))
 
     def finished(self, name: str, failed: bool) -> None:
         if ":conv_" not in name:
             return
+        stage = name.split(":", 1)[0]
+        self.finished_tasks[stage] += 1
+        began = self.started.pop(name, None)
+        if began is not None:
+            self.ran[stage].append(time.monotonic() - began)
         for case in self._keys(name):
             if failed:
                 self.failed.add(case)
@@ -89,13 +105,26 @@ class Progress:
                     self.done += 1
         self.show()
 
+    def left(self) -> float | None:
+        """Seconds of work left: each stage's unfinished tasks at that stage's mean measured
+        duration (a stage not measured yet: the mean of those that are), over the number of
+        tasks seen running at once."""
+        measured = [d for durations in self.ran.values() for d in durations]
+        if not measured:
+            return None
+        fallback = sum(measured) / len(measured)
+        work = sum((self.totals[s] - self.finished_tasks[s])
+                   * (sum(self.ran[s]) / len(self.ran[s]) if self.ran[s] else fallback) for s in STAGES)
+        return work / self.concurrency
+
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
-        text = f"[{self.done}/{self.total} cases] {len(self.failed)} failed, {_clock(elapsed)} elapsed"
-        worked_done = len([c for c in self.worked if not self.pending.get(c)])
-        if self.first_work and worked_done and self.done < self.total:
-            rate = (time.monotonic() - self.first_work) / worked_done
-            text += f", ~{_clock(rate * (self.total - self.done))} left"
+        stages = " ".join(f"{s} {self.finished_tasks[s]}/{self.totals[s]}" for s in STAGES if self.totals[s])
+        text = (f"[{self.done}/{self.total} cases] {len(self.failed)} failed; {stages}; "
+                f"{_clock(elapsed)} elapsed")
+        left = self.left()
+        if left is not None and self.done < self.total:
+            text += f", ~{_clock(left)} left"
         return text
 
     def show(self, final: bool = False) -> None:
@@ -115,6 +144,23 @@ class Progress:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
             self.shown = False
+
+
+def cli_verbosity(argv: list[str] | None = None) -> int:
+    """doit's -v/--verbosity from the command line (doit does not hand it to reporters)."""
+    argv = sys.argv[1:] if argv is None else argv
+    level = 0
+    for i, arg in enumerate(argv):
+        value = None
+        if arg in ("-v", "--verbosity") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--verbosity="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-v") and arg[2:].isdigit():
+            value = arg[2:]
+        if value is not None and value.isdigit():
+            level = int(value)
+    return level
 
 
 def _clock(seconds: float) -> str:
@@ -159,6 +205,7 @@ class SweepReporter(ConsoleReporter):
         interval = float(os.environ.get("CONV_SWEEP_PROGRESS_INTERVAL", "5"))
         self.progress = Progress(sys.stderr, interval)
         self.report = False
+        self.verbose = cli_verbosity() >= 2  # per-task lines and doit's own failure blocks
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
@@ -181,29 +228,43 @@ class SweepReporter(ConsoleReporter):
 
     def execute_task(self, task):
         self.progress.executing(task.name)
-        super().execute_task(task)
+        if self.verbose or ":conv_" not in task.name:
+            super().execute_task(task)
 
     def add_success(self, task):
         super().add_success(task)
         self.progress.finished(task.name, False)
 
     def add_failure(self, task, fail):
-        super().add_failure(task, fail)
+        """A failing case is one line (case, stage, reason, log, repro: the task's message);
+        tasks skipped because a dependency failed are said by that failure already."""
+        if self.verbose or (":conv_" not in task.name and not isinstance(fail, UnmetDependency)):
+            super().add_failure(task, fail)
+        elif fail.report:
+            self.failures.append({"task": task, "exception": fail})
+            if not isinstance(fail, UnmetDependency):
+                self.write((getattr(fail, "message", "") or fail.get_msg()).rstrip() + "\n")
         self.progress.finished(task.name, True)
 
     def skip_uptodate(self, task):
-        super().skip_uptodate(task)
+        if self.verbose:
+            super().skip_uptodate(task)
         self.progress.finished(task.name, False)
 
     def skip_ignore(self, task):
-        super().skip_ignore(task)
+        if self.verbose:
+            super().skip_ignore(task)
         self.progress.finished(task.name, False)
 
     def complete_run(self):
         self.progress.show(final=True)
+        changed = bool(self.progress.worked or self.failures)
+        if not self.verbose:  # the failures were said once, as they happened
+            self.failures = [f for f in self.failures
+                             if ":conv_" not in f["task"].name and not isinstance(f["exception"], UnmetDependency)]
         super().complete_run()
         if self.report:
-            _write_report(self.outstream, changed=bool(self.progress.worked or self.failures))
+            _write_report(self.outstream, changed=changed)
 
 
 class SweepJsonReporter(JsonReporter):

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from helpers import clean_env, doit, results, write_spec
+from helpers import clean_env, doit, executed, results, write_spec
 
 SMALL = [
     {"category": "small2d", "rank": 2, "spatial": [12, 10], "kernel": [3, 2], "stride": [2, 1],
@@ -44,10 +44,9 @@ def test_sweep_passes_every_case(swept):
 
 def test_rerun_with_nothing_changed_runs_nothing(swept):
     env, _, _ = swept
-    run = doit("sweep", env=env)
+    run = doit("-r", "json", "sweep", env=env)
     assert run.returncode == 0
-    executed = [line for line in run.stdout.splitlines() if line.startswith(".  ")]
-    assert executed == [], run.stdout
+    assert executed(run) == [], run.stdout
 
 
 def test_list_shows_stage_tasks_with_docs(swept):
@@ -78,7 +77,7 @@ def test_clean_removes_every_artifact(swept):
 def test_wildcard_builds_only_matching_cases(tmp_path):
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL[1:]), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build")
-    run = doit("verify:conv_tflite_w8i8*", env=env)
+    run = doit("-v", "2", "verify:conv_tflite_w8i8*", env=env)  # -v 2: a line per task
     assert run.returncode == 0, run.stdout + run.stderr
     assert list(results(tmp_path / "build")) == ["conv_tflite_w8i8_" + IDS[1]]
     assert sorted(p.name for p in (tmp_path / "build" / "cases").iterdir()) == ["conv_tflite_w8i8_" + IDS[1]]

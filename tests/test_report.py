@@ -157,7 +157,21 @@ def test_doit_report_alone_and_json_output(scenario):
 def test_progress_lines_when_not_a_terminal(scenario):
     err = scenario["run"].stderr
     lines = [l for l in err.splitlines() if l.startswith("progress: [")]
-    assert lines and lines[-1].startswith("progress: [10/10 cases] 2 failed")
+    assert lines and lines[-1].startswith("progress: [10/10 cases] 2 failed; model 10/10 mlir 10/10 vmfb 10/10 "
+                                          "verify 8/8; ")  # the two cases listed at compile end their chains there
+    assert any(re.search(r", ~\d+m\d\ds left$", l) for l in lines[:-1])
+
+
+def test_console_says_each_failing_case_once(scenario):
+    run = scenario["run"]
+    lines = (run.stdout + run.stderr).splitlines()
+    failing = [l for l in lines if l.startswith("conv_")]
+    assert sorted(l.split(":")[0] for l in failing) == [f"conv_onnx_f32_{G1}@llvm-cpu", f"conv_tflite_f32_{G2}@llvm-cpu"]
+    assert all("repro: " in l for l in failing)  # one line each: case, stage, reason, log, repro
+    noise = [l for l in lines if l.startswith((".  ", "-- ", "TaskFailed", "UnmetDependency", "#####"))]
+    assert noise == []
+    verbose = doit("-v", "2", "sweep", env=scenario["env"])
+    assert sum(l.startswith("-- model:conv_") for l in verbose.stdout.splitlines()) == 10  # per-task lines on request
 
 
 def test_accept_failures_makes_todays_failures_expected(scenario):
