@@ -15,7 +15,10 @@ import time
 from doit.exceptions import UnmetDependency
 from doit.reporter import ConsoleReporter, JsonReporter
 
+from pipeline import doit_order
 from pipeline.report import REPORT_AT_END
+
+doit_order.install()  # this module is loaded by doit (as a reporter plugin) before any task runs
 
 
 def _dodo():

@@ -1,0 +1,52 @@
+"""Chains first: a case's next task runs as soon as its input is built.
+
+doit's dispatcher expands the task graph breadth first: its queue of ready nodes is first in,
+first out, so a node's dependencies and the tasks a finished task releases all join the end
+of it. On a cold sweep no case completed its chain (model, mlir, vmfb, verify) until nearly
+every model was built. Here the queue is depth first, in order: the dependencies a node
+yields, and the nodes a finished task releases, go to the front of the queue (in the order
+they came), so the first chains complete within seconds. How many tasks are in flight, and so
+the throughput, stays doit's. CONV_SWEEP_ORDER=breadth keeps doit's own order (to compare).
+
+Imports doit: loaded with the reporters (doit plugins), before any task runs.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+
+from doit.control import TaskDispatcher
+
+
+class _DepthFirst(deque):
+    """A ready queue whose appends go to its front, keeping the order of consecutive appends."""
+
+    cursor = 0
+
+    def append(self, node):
+        self.insert(self.cursor, node)
+        self.cursor += 1
+
+    def popleft(self):
+        self.cursor = 0
+        return super().popleft()
+
+
+_init = TaskDispatcher.__init__
+_update_waiting = TaskDispatcher._update_waiting
+
+
+def _init_depth_first(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.ready = _DepthFirst(self.ready)
+
+
+def _update_waiting_first(self, processed):
+    self.ready.cursor = 0  # what a finished task releases goes first
+    _update_waiting(self, processed)
+
+
+def install() -> None:
+    if os.environ.get("CONV_SWEEP_ORDER", "chains") != "breadth":
+        TaskDispatcher.__init__ = _init_depth_first
+        TaskDispatcher._update_waiting = _update_waiting_first
