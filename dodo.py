@@ -61,7 +61,8 @@ def _action(task, subject, targets):
     else:
         message = getattr(stages, task)(subject, CFG)
     if message:
-        print(message, file=sys.stderr)
+        if not CFG.scheduler:  # captured with the task's output; under a scheduler nothing is captured
+            print(message, file=sys.stderr)
         return TaskFailed(message)
     return {"output": [file_record(t) for t in targets]}
 

@@ -157,3 +157,22 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
+
+
+def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
+    """local:1: the dead worker held the only copy of the run's configuration; the driver sends
+    it again to the restarted worker, and the other cases run."""
+    wrapper = tmp_path / "iree-compile-wrapper"
+    wrapper.write_text(WRAPPER.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:1",
+                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)
+    run = doit("sweep", env=env, timeout=600)
+    assert run.returncode != 0
+    found = results(tmp_path / "build")
+    broken = {n: r for n, r in found.items() if r["status"] != "pass"}
+    assert sorted(broken) == ["conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid", "conv_tflite_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid",
+                              "conv_tflite_w8i8_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
+    assert "Dask" in broken["conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]["reason"]
+    assert len(found) == 10
