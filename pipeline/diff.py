@@ -8,7 +8,7 @@ newly passing cases, cases failing in both (and those whose failure bucket chang
 whose error-to-tolerance ratio moved by more than a factor of 2. Written as a terminal table,
 compare.html (self-contained) and junit.xml (a failure per regression) in the output folder.
 
-Low-level module: imports only report (for bucket signatures) and errors.
+Low-level module: imports only report (bucket signatures, tables), report_html (the page) and errors.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from .errors import ConfigError
 from .report import REPORT_DIR, format_table, signature
+from .report_html import page
 
 PASSING = ("pass", "xpass")
 FAILING = ("fail", "error", "xfail")
@@ -168,17 +169,7 @@ def _html(results, old_source, new_source) -> str:
 <table class="rows"><tr><th>change</th><th>case</th><th>old</th><th>new</th><th>stage</th><th>reason</th><th>repro</th></tr>{rows}</table>
 <h3>Error-to-tolerance ratio moved more than {RATIO_FACTOR:g}x</h3>
 <table><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>""")
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>conv-sweep compare</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
-table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; font-size: 13px; text-align: right; vertical-align: top; }}
-td:first-child, th:first-child {{ text-align: left; }}
-.rows td {{ text-align: left; }}
-</style></head><body>
-<h1>conv-sweep compare</h1>
+    return page("conv-sweep compare", f"""<h1>conv-sweep compare</h1>
 <p>old: <code>{e(old_source)}</code><br>new: <code>{e(new_source)}</code></p>
 {''.join(sections)}
-</body></html>
-"""
+""")

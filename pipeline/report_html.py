@@ -103,6 +103,20 @@ def ratio_figure(entries: list[dict]) -> tuple[str, str] | None:
     return title, png
 
 
+STYLE = """body { font-family: sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+td, th { border: 1px solid #ccc; padding: 3px 8px; font-size: 13px; text-align: right; vertical-align: top; }
+td:first-child, th:first-child { text-align: left; }
+.buckets td, .rows td { text-align: left; }
+img { max-width: 100%; }"""
+
+
+def page(title: str, body: str) -> str:
+    """A self-contained page (no network) in the reports' one style: report.html, compare.html."""
+    return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
+            f"<style>\n{STYLE}\n</style></head><body>\n{body}</body></html>\n")
+
+
 def render(entries, cols, rows, groups, tools, refused=()) -> str:
     e = html.escape
     reasons: dict[str, list] = {}
@@ -128,17 +142,7 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     images = "".join(f'<h3>{e(title)}</h3><img alt="{e(title)}" src="data:image/png;base64,{png}">'
                      for title, png in figures)
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>conv-sweep report</title>
-<style>
-body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
-table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; font-size: 13px; text-align: right; vertical-align: top; }}
-td:first-child, th:first-child {{ text-align: left; }}
-.buckets td {{ text-align: left; }}
-img {{ max-width: 100%; }}
-</style></head><body>
-<h1>conv-sweep report</h1>
+    return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
 <p>{len(entries)} cases. Status: pass, fail (numbers out of tolerance), error:&lt;stage&gt; (a tool or
 stage failed), xfail (failed as listed in the expected failures), xpass (listed, but passed: fails the run).</p>
 <h2>Summary</h2>
@@ -153,5 +157,4 @@ stage failed), xfail (failed as listed in the expected failures), xpass (listed,
 <h2>Failing cases</h2>
 <table class="buckets"><tr><th>case</th><th>status</th><th>stage</th><th>reason</th><th>repro</th></tr>{failure_rows}</table>
 <h2>Tools</h2><ul>{versions}</ul>
-</body></html>
-"""
+""")
