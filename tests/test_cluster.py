@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, clean_env, doit, executed, real_compiler, results, write_spec
-from test_dodo import SMALL
+from helpers import ROOT, clean_env, doit, executed, real_compiler, results, write_spec, write_wrapper
+from test_dodo import SMALL, swept  # noqa: F401  (swept: the reference, the same cases under doit -n 2)
 
 pytestmark = pytest.mark.slow
 
@@ -24,20 +24,11 @@ def _vmfbs(build: Path) -> dict[str, bytes]:
     return {p.parent.parent.name: p.read_bytes() for p in sorted(build.glob("cases/*/llvm-cpu/model.vmfb"))}
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The reference: the same cases under doit's own `-n 2` workers."""
-    tmp = tmp_path_factory.mktemp("local")
-    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", SMALL), CONV_SWEEP_N=0,
-                    CONV_SWEEP_BUILD_DIR=tmp / "build")
-    run = doit("-n", "2", "sweep", env=env)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return tmp / "build"
-
-
 @pytest.mark.parametrize("artifacts, said", [("auto", "artifacts: shared filesystem"),
                                              ("shipped", "artifacts: shipped as bytes (no shared filesystem)")])
-def test_local_cluster_gives_the_same_results_as_doit_workers(local_run, tmp_path, artifacts, said):
+def test_local_cluster_gives_the_same_results_as_doit_workers(swept, tmp_path, artifacts, said):
+    _, local_run, reference = swept
+    assert reference.returncode == 0, reference.stderr[-2000:]
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:2",
                     CONV_SWEEP_ARTIFACTS=artifacts)
@@ -70,9 +61,7 @@ exec {real} "$@"
 
 
 def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
-    wrapper = tmp_path / "iree-compile-wrapper"
-    wrapper.write_text(WRAPPER.format(real=real_compiler()))
-    wrapper.chmod(0o755)
+    wrapper = write_wrapper(tmp_path / "iree-compile-wrapper", WRAPPER, real_compiler())
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:2",
                     CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)
@@ -162,9 +151,7 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
 def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
     """local:1: the dead worker held the only copy of the run's configuration; the driver sends
     it again to the restarted worker, and the other cases run."""
-    wrapper = tmp_path / "iree-compile-wrapper"
-    wrapper.write_text(WRAPPER.format(real=real_compiler()))
-    wrapper.chmod(0o755)
+    wrapper = write_wrapper(tmp_path / "iree-compile-wrapper", WRAPPER, real_compiler())
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:1",
                     CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from helpers import clean_env, doit, real_compiler, write_spec
+from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
 from pipeline.diff import diff
 from test_dodo import SMALL
 
@@ -22,9 +22,7 @@ def test_compare_two_real_runs(tmp_path):
     spec = write_spec(tmp_path / "spec.json", SMALL)
     good = clean_env(CONV_SWEEP_SPEC=spec, CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "good")
     assert doit("-n", "2", "sweep", env=good).returncode == 0
-    wrapper = tmp_path / "iree-compile"
-    wrapper.write_text(WRAPPER.format(real=real_compiler()))
-    wrapper.chmod(0o755)
+    wrapper = write_wrapper(tmp_path / "iree-compile", WRAPPER, real_compiler())
     bad = {**good, "CONV_SWEEP_BUILD_DIR": str(tmp_path / "bad"), "CONV_SWEEP_IREE_COMPILE": str(wrapper)}
     assert doit("-n", "2", "sweep", env=bad).returncode != 0
 
