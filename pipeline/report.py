@@ -303,9 +303,10 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
                 raise ConfigError("report --merge", str(path), f"repeats {key}@{entry['target']} (already in "
                                   f"{merged['cases'][key][0]})")
             merged["cases"][key] = (path, entry)
-        for r in document.get("refused", []):
-            for merged in by_target.values():
-                merged["refused"].setdefault(r["case"], Refused(r["case"], r["variant"], r["category"], r["reason"]))
+        for target in {entry["target"] for entry in document["cases"]}:  # a results.json is one target's
+            for r in document.get("refused", []):
+                by_target[target]["refused"].setdefault(r["case"], Refused(r["case"], r["variant"], r["category"],
+                                                                          r["reason"]))
     for target, merged in by_target.items():
         entries = [entry for _, entry in merged["cases"].values()]
         folder = cfg.build_dir / REPORT_DIR / target
