@@ -264,6 +264,24 @@ def task_compare():
     return {"actions": [(_compare,)], "params": params, "verbosity": 2, "uptodate": [False]}
 
 
+def _shrink(cases):
+    from pipeline.shrink import describe, find_case, shrink
+
+    if len(cases) != 1:
+        return TaskFailed("conv-sweep: doit shrink takes one case: doit shrink <case>@<target>")
+    try:
+        summary = shrink(find_case(CASES, cases[0]), CFG)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    print(describe(summary))
+    return None
+
+
+def task_shrink():
+    """Shrink a failing case (doit shrink <case>@<target>): the smallest geometry failing the same way."""
+    return {"actions": [(_shrink,)], "pos_arg": "cases", "verbosity": 2, "uptodate": [False]}
+
+
 def _print_refused():
     refused = CFG.refused()
     for r in refused:
