@@ -165,6 +165,9 @@ def _check_writable(build_dir: Path) -> None:
     """Create the build folder and write a probe file in it, or name the knob that points there."""
     import tempfile
 
+    if "@" in str(build_dir):
+        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
+                          "must not contain '@': IREE's run tools read it as a separator in a module's path")
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=build_dir):

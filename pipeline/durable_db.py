@@ -7,7 +7,8 @@ saves it only after the task succeeded, and any part not yet written still holds
 value, which either still matches (that input did not change) or makes the task run again.
 
 It also takes an exclusive lock on the build folder for every command that can run or clean
-tasks, so a second run on the same folder refuses with a clear message.
+tasks (`doit shrink`, which works in a folder of its own, excepted), so a second run on the
+same folder refuses with a clear message.
 
 The only module of the package that imports doit: it is loaded by doit as a plugin
 ([tool.doit.plugins.backend] in pyproject.toml), before dodo.py.
@@ -21,10 +22,22 @@ import sys
 from doit.dependency import SqliteDB
 
 READ_ONLY_COMMANDS = {"list", "info", "help", "dumpdb", "tabcompletion"}
+# Tasks that touch no case artifact and no report: `doit shrink <case>` works in a folder of its
+# own (<build>/shrink/<case>), so it may run beside a sweep, or beside another shrink.
+UNLOCKED_TASKS = {"shrink"}
 
 
 def _command(argv: list[str]) -> str:
     return next((a for a in argv[1:] if not a.startswith("-")), "run")
+
+
+def _needs_lock(argv: list[str]) -> bool:
+    if _command(argv) in READ_ONLY_COMMANDS:
+        return False
+    # the first word naming a task (not `run`, not an option's number such as -n 2); everything
+    # after `shrink` is its case (a positional argument), never another task
+    first = next((a for a in argv[1:] if not a.startswith("-") and a != "run" and not a.isdigit()), None)
+    return first not in UNLOCKED_TASKS
 
 
 class DurableSqliteDB(SqliteDB):
@@ -34,7 +47,7 @@ class DurableSqliteDB(SqliteDB):
 
     def __init__(self, name, codec, *, module_name=None):
         self._lock_fd = None
-        if _command(sys.argv) not in READ_ONLY_COMMANDS:
+        if _needs_lock(sys.argv):
             self._lock_fd = _lock(name + ".lock")
         super().__init__(name, codec, module_name=module_name)
         self._conn.execute("pragma journal_mode=wal")

@@ -11,7 +11,8 @@ until one changes nothing, so the search is deterministic for deterministic tool
 
 Every attempt is an ordinary case chain (model, import, compile, and run and verify when the
 failure is there) run by the sweep's own stage functions, with the sweep's timeout and
-isolation, in a folder of its own: <build>/shrink/<case>@<target>/. The sweep's artifacts
+isolation, in a folder of its own: <build>/shrink/<target>/<case>/ (no `@` in it: IREE's run
+tools read `@` in a path as a separator). The sweep's artifacts
 and results are never touched. The attempts that are neither the original nor the minimum
 are deleted as the search goes; shrink.json lists every attempt.
 """
@@ -209,9 +210,13 @@ def search(shrinker: Shrinker, start: Geometry) -> Geometry:
     return best
 
 
+def shrink_dir(cfg: Config, case: Case) -> Path:
+    return cfg.build_dir / SHRINK_DIR / case.target / case.name
+
+
 def shrink(case: Case, cfg: Config, log=print) -> dict:
     """Shrink `case` (a case of the sweep, on its target); return the summary shrink.json holds."""
-    folder = cfg.build_dir / SHRINK_DIR / case.key
+    folder = shrink_dir(cfg, case)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     start = time.monotonic()
@@ -223,13 +228,17 @@ def shrink(case: Case, cfg: Config, log=print) -> dict:
         raise ConfigError("case", case.key, f"does not fail now on {case.target}: nothing to shrink")
     original = read_result(shrinker.cfg.case_dir(shrinker.case_for(case.geometry))) or {}
     shrinker.target = (original.get("stage"), first.signature)
+    swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, XFAIL) else None
+    if swept_signature and swept_signature != first.signature:
+        log(f"conv-sweep: note: the sweep recorded {swept_signature}\n"
+            f"  it fails differently now, and that failure is the one kept: {first.signature}")
     minimal = search(shrinker, case.geometry)
     minimal_case = shrinker.case_for(minimal)
     if read_result(shrinker.cfg.case_dir(minimal_case)) is None:  # its folder went with a discarded attempt
         shrinker.run_chain(minimal, TASK_OF_STAGE[shrinker.target[0]])
     summary = {
         "case": case.key, "target": case.target, "stage": shrinker.target[0], "signature": first.signature,
-        "swept_signature": signature(swept) if swept.get("status") in (ERROR, FAIL, XFAIL) else None,
+        "swept_signature": swept_signature,
         "original": {"case": case.name, "geometry": case.geometry.to_dict(), "macs": _macs(case.geometry)},
         "minimal": {"case": minimal_case.name, "geometry": minimal.to_dict(), "macs": _macs(minimal),
                     "folder": str(shrinker.cfg.case_dir(minimal_case)),

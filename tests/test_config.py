@@ -78,3 +78,10 @@ def test_torq_without_its_toolchain_names_the_install_command(tmp_path):
         Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), "CONV_SWEEP_TARGET": "torq",
                          "CONV_SWEEP_TOOLCHAIN_DIR": str(tmp_path / "none")})
     assert err.value.field == "CONV_SWEEP_TARGET" and "doit toolchain" in str(err.value)
+
+
+def test_build_folder_with_an_at_sign_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "runs@host")})
+    assert err.value.field == "CONV_SWEEP_BUILD_DIR" and "must not contain '@'" in str(err.value)
+    assert not (tmp_path / "runs@host").exists()

@@ -1,0 +1,133 @@
+"""Shrinking a failing case (`doit shrink`): a compiler wrapper that fails only when c_in >= 64
+and the kernel height >= 3, from a large failing case, down to exactly that; and the search's
+moves along every dimension."""
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
+from pipeline.geometry import Geometry
+from pipeline.shrink import dimensions, minimum, search, value, with_value
+
+# Reads the conv's weight shape [C_out, C_in, KH, KW] from the imported ONNX model; fails the
+# way a compiler does when C_in >= 64 and KH >= 3, else runs the real compiler.
+WRAPPER = r"""#!{python}
+import re, subprocess, sys
+text = open(sys.argv[1]).read()  # (braces doubled for str.format)
+m = re.search(r"onnx\.Conv.*?\}} : \(!torch\.vtensor<\[[\d,]+\],f32>, !torch\.vtensor<\[(\d+),(\d+),(\d+)", text)
+if m and int(m.group(2)) >= 64 and int(m.group(3)) >= 3:
+    sys.exit(sys.argv[1] + ":6:10: error: 'linalg.conv_2d_nchw_fchw' op injected failure for "
+             + m.group(2) + " input channels, kernel height " + m.group(3))
+sys.exit(subprocess.run([{real!r}, *sys.argv[1:]]).returncode)
+"""
+LARGE = {"rank": 2, "spatial": [20, 17], "kernel": [5, 4], "stride": [2, 3], "c_in": 100, "c_out": 24,
+         "padding": "same", "dilation": [2, 1], "batch": 2}  # TFLite refuses stride with dilation: ONNX only
+SMALL = {"rank": 2, "spatial": [6, 6], "kernel": [3, 3], "stride": [1, 1], "c_in": 2, "c_out": 2, "padding": "valid"}
+CASE = "conv_onnx_f32_w17_h20_f24_k5_c100_khw5x4_s2x3_d2x1_b2"
+
+
+def _snapshot(build: Path) -> dict:
+    """The sweep's artifacts and results: every file under cases/ and report/."""
+    return {str(p.relative_to(build)): (p.stat().st_mtime_ns, hashlib.md5(p.read_bytes()).hexdigest())
+            for folder in ("cases", "report") for p in sorted((build / folder).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_shrink_finds_the_smallest_failing_geometry(tmp_path):
+    wrapper = write_wrapper(tmp_path / "iree-compile", WRAPPER, real_compiler())
+    build = tmp_path / "build"
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [LARGE, SMALL]), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=build, CONV_SWEEP_IREE_COMPILE=wrapper)
+    sweep = doit("-n", "2", "sweep", env=env)
+    assert sweep.returncode != 0 and f"{CASE}@llvm-cpu: compile failed" in sweep.stdout + sweep.stderr
+    before = _snapshot(build)
+
+    run = doit("shrink", f"{CASE}@llvm-cpu", env=env)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    summary = json.loads((build / "shrink" / "llvm-cpu" / CASE / "shrink.json").read_text())
+    minimal = Geometry.from_dict(summary["minimal"]["geometry"])
+    assert (minimal.c_in, minimal.kernel[0]) == (64, 3)
+    assert (minimal.c_out, minimal.kernel[1], minimal.stride, minimal.dilation, minimal.batch, minimal.groups) == \
+        (1, 1, (1, 1), (1, 1), 1, 1)
+    assert minimal.spatial == tuple(minimum(minimal, f"spatial{i}") for i in range(2)) == (3, 1)
+    assert summary["stage"] == "compile" and "injected failure" in summary["signature"]
+    assert summary["swept_signature"] == summary["signature"]
+    assert summary["minimal"]["macs"] == 64 * 3 and summary["original"]["macs"] == 5_760_000
+    for line in (f"original: {CASE}", f"minimal:  {summary['minimal']['case']}  192 MACs",
+                 f"{summary['attempts']} attempts ({summary['compile_attempts']} compiles) in "):
+        assert line in out
+    # the minimal case is an ordinary case folder with a repro.sh that reproduces the failure
+    folder = Path(summary["minimal"]["folder"])
+    result = json.loads((folder / "result.json").read_text())
+    assert result["status"] == "error" and result["stage"] == "compile"
+    assert (folder / "repro.sh").is_file() and (folder.parent / "model.onnx").is_file()
+    # every attempt that failed the same way is no smaller than the minimum; attempts below it pass
+    tried = summary["tried"]
+    assert all(t["macs"] >= 192 for t in tried if t["outcome"] == "same")
+    assert {t["outcome"] for t in tried} <= {"same", "pass", "other"}
+    # the sweep's own artifacts and results are untouched, and it has nothing to redo
+    assert _snapshot(build) == before
+    assert doit("-r", "json", "sweep", env=env).stdout.count('"started": true') == 0
+
+    again = doit("shrink", CASE, env=env)  # one target selected: the name alone will do
+    assert again.returncode == 0
+    redo = json.loads((build / "shrink" / "llvm-cpu" / CASE / "shrink.json").read_text())
+    assert [t["case"] for t in redo["tried"]] == [t["case"] for t in tried]  # deterministic
+
+    small = "conv_onnx_f32_w6_h6_f2_k3_c2_pvalid"
+    passing = doit("shrink", small, env=env)
+    assert passing.returncode != 0 and "does not fail now on llvm-cpu: nothing to shrink" in \
+        passing.stdout + passing.stderr
+    unknown = doit("shrink", "conv_onnx_f32_nothing", env=env)
+    assert unknown.returncode != 0 and "case='conv_onnx_f32_nothing': is not a case of this run's selection" in \
+        unknown.stdout + unknown.stderr
+
+
+class _Predicate:
+    """The search's view of attempts, for a rule on the geometry alone."""
+
+    def __init__(self, rule):
+        self.rule, self.seen = rule, {}
+
+    def fails(self, g):
+        self.seen[g] = None
+        try:
+            g.validate()
+        except Exception:
+            return False
+        return self.rule(g)
+
+    def discard(self, g, keep):
+        pass
+
+
+@pytest.mark.parametrize("start, rule, expected", [
+    # depthwise stays depthwise while the rule needs it: groups shrink with their channels
+    (Geometry(2, (30, 30), (3, 3), (2, 2), 32, 64, "same", groups=32), lambda g: g.depthwise and g.c_in >= 8,
+     Geometry(2, (1, 1), (1, 1), (1, 1), 8, 8, "valid", groups=8)),
+    # a grouped conv: channels per group and the group count move separately
+    (Geometry(2, (16, 16), (3, 3), (1, 1), 48, 96, "valid", groups=4),
+     lambda g: g.groups >= 3 and g.c_out // g.groups >= 5,
+     Geometry(2, (1, 1), (1, 1), (1, 1), 3, 15, "valid", groups=3)),
+    # Conv1D with dilation and batch: the window and the batch shrink to what the rule keeps; the
+    # kernel goes first (5 -> 3 keeps a window of 9 at dilation 4: 3 MACs, not 5 at dilation 2)
+    (Geometry(1, (40,), (5,), (3,), 7, 9, "valid", dilation=(4,), batch=3),
+     lambda g: g.window[0] >= 9 and g.batch >= 2,
+     Geometry(1, (9,), (3,), (1,), 1, 1, "valid", dilation=(4,), batch=2)),
+])
+def test_search_moves_along_every_dimension(start, rule, expected):
+    found = search(_Predicate(rule), start)
+    assert found == expected, found.to_dict()
+
+
+def test_dimensions_round_trip():
+    g = Geometry(2, (16, 12), (3, 2), (2, 1), 12, 18, "same", dilation=(2, 1), groups=6, batch=2)
+    assert dimensions(g)[:4] == ["batch", "groups", "c_in_per_group", "c_out_per_group"]
+    for dim in dimensions(g):
+        assert with_value(g, dim, value(g, dim)) == g
+    assert with_value(g, "groups", 2) == Geometry(2, (16, 12), (3, 2), (2, 1), 4, 6, "same", dilation=(2, 1),
+                                                  groups=2, batch=2)
+    assert minimum(Geometry(2, (9, 9), (3, 2), (1, 1), 1, 1, "valid", dilation=(3, 1)), "spatial0") == 7
