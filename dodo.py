@@ -163,9 +163,11 @@ def _target_keys():
     for target in CFG.targets:
         p = target.profile
         identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
+        timed = CFG.benchmark and target.benchmark_tool  # CONV_SWEEP_BENCHMARK=1 re-runs verify, not compile
         tools = {role: executable_identity(path, CFG.build_dir)
                  for role, path in (("compiler", target.compiler), ("runner", target.runner),
-                                    ("dump_tool", target.dump_tool))}
+                                    ("dump_tool", target.dump_tool),
+                                    *((("benchmark_tool", target.benchmark_tool),) if timed else ()))}
         for role, tool in tools.items():
             problem = cannot_start(tool["version"])
             if problem:
@@ -173,7 +175,8 @@ def _target_keys():
                                  f"{role} {tool['path']} cannot start: {problem}")
         keys[p.name] = (
             {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
-            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict()})
+            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict(),
+             **({"benchmark": tools["benchmark_tool"]} if timed else {})})
     return keys
 
 

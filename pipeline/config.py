@@ -18,6 +18,8 @@ Knobs (all optional):
                             started for the run) or tcp://host:port (an existing scheduler)
   CONV_SWEEP_ARTIFACTS      with a scheduler: auto (default: detected), shared or shipped
   CONV_SWEEP_SHARD          i/N: only shard i of N of the cases, balanced by estimated cost
+  CONV_SWEEP_BENCHMARK      1: time every passing case's module with the target's benchmark tool
+                            (iree-benchmark-module on llvm-cpu and vmvx; see pipeline/perf.py)
   CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
                             target's name (default pipeline/expected_failures/<target>.json)
 """
@@ -52,6 +54,7 @@ class Target:
     expectations: tuple = ()  # expected.Expectation entries of this target
     expected_path: Path = expected.DEFAULT_DIR / "llvm-cpu.json"  # where they came from
     toolchain: dict | None = None  # the manifest of the profile's installed toolchain, if it uses one
+    benchmark_tool: str | None = None  # absolute path of the profile's benchmark tool, if it has one
 
     @property
     def name(self) -> str:
@@ -74,6 +77,7 @@ class Config:
     scheduler: Scheduler | None = None  # run the stages on Dask (None: in doit's own workers)
     artifacts: str = "auto"  # with a scheduler: how workers reach the build folder
     shard: tuple[int, int] | None = None  # (i, N): shard i of N of the cases
+    benchmark: bool = False  # time each passing module with its target's benchmark tool
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -121,15 +125,19 @@ class Config:
                 profile, compiler or resolve_tool(profile, profile.compiler, base, manifest),
                 resolve_tool(profile, profile.runner, base, manifest),
                 resolve_tool(profile, profile.dump_tool, base, manifest),
-                flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest))
+                flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest,
+                resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
         from . import shard
 
         part = shard.parse(env.get("CONV_SWEEP_SHARD"))
+        benchmark = env.get("CONV_SWEEP_BENCHMARK", "").strip() or "0"
+        if benchmark not in ("0", "1"):
+            raise ConfigError("CONV_SWEEP_BENCHMARK", benchmark, "must be 1 (time each module) or 0")
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
-                   part)
+                   part, benchmark == "1")
 
     @cached_property
     def sampled(self):

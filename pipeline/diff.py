@@ -4,11 +4,12 @@ results.json file. Cases are matched by name, on the same target, or across the 
 when each side holds one target.
 
 Reported: regressions (passing before, failing now: fail, error or an expected failure),
-newly passing cases, cases failing in both (and those whose failure bucket changed), and cases
-whose error-to-tolerance ratio moved by more than a factor of 2. Written as a terminal table,
+newly passing cases, cases failing in both (and those whose failure bucket changed), cases
+whose error-to-tolerance ratio moved by more than a factor of 2, and cases slower or faster
+beyond the noise both runs measured (pipeline/perf.py: `changes`). Written as a terminal table,
 compare.html (self-contained) and junit.xml (a failure per regression) in the output folder.
 
-Low-level module: imports only report (bucket signatures, tables), report_html (the page) and errors.
+Low-level module: imports only report (bucket signatures, tables), report_html (the page), perf and errors.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from .errors import ConfigError
+from .perf import changes
 from .report import REPORT_DIR, format_table, signature
 from .report_html import page
 
@@ -66,6 +68,7 @@ def worst_ratio(entry: dict) -> float | None:
 def diff(old: dict[str, dict], new: dict[str, dict]) -> dict:
     """Cases of one target in two runs -> the changes, each a list of dicts."""
     out = {"regressions": [], "fixed": [], "still_failing": [], "bucket_changes": [], "ratio_moves": [],
+           "slower": [], "faster": [],
            "only_old": sorted(set(old) - set(new)), "only_new": sorted(set(new) - set(old))}
     for name in sorted(set(old) & set(new)):
         a, b = old[name], new[name]
@@ -84,6 +87,8 @@ def diff(old: dict[str, dict], new: dict[str, dict]) -> dict:
             factor = (rb + RATIO_FLOOR) / (ra + RATIO_FLOOR)
             if factor > RATIO_FACTOR or factor < 1 / RATIO_FACTOR:
                 out["ratio_moves"].append({**row, "old_ratio": ra, "new_ratio": rb, "factor": factor})
+        for change in changes(a.get("perf"), b.get("perf")):
+            out[change["direction"]].append({**row, **change})
     return out
 
 
@@ -107,7 +112,8 @@ def compare_runs(old_source: str, new_source: str, out_dir: Path) -> tuple[str, 
 
 KINDS = (("regressions", "newly failing (regressions)"), ("fixed", "newly passing"),
          ("still_failing", "failing in both"), ("bucket_changes", "failing in both, bucket changed"),
-         ("ratio_moves", f"error/tolerance moved > {RATIO_FACTOR:g}x"), ("only_old", "only in old"),
+         ("ratio_moves", f"error/tolerance moved > {RATIO_FACTOR:g}x"), ("slower", "slower beyond noise"),
+         ("faster", "faster beyond noise"), ("only_old", "only in old"),
          ("only_new", "only in new"))
 
 
@@ -125,7 +131,17 @@ def _text(results, old_source, new_source) -> str:
             parts.append(f"bucket {row['case']}: {row['old_bucket'][:80]} -> {row['new_bucket'][:80]}")
         for row in sorted(d["ratio_moves"], key=lambda r: -abs(math.log(r["factor"])))[:20]:
             parts.append(f"ratio {row['case']}: {row['old_ratio']:.3g} -> {row['new_ratio']:.3g} (x{row['factor']:.2f})")
+        for direction in ("slower", "faster"):
+            for row in sorted(d[direction], key=lambda r: -abs(math.log(r["ratio"])))[:20]:
+                parts.append(f"{direction} {row['case']}: {_perf_change(row)}")
     return "\n".join(parts)
+
+
+def _perf_change(row: dict) -> str:
+    if row["metric"] == "time":
+        return (f"{row['old'] * 1e3:.4g} ms -> {row['new'] * 1e3:.4g} ms (x{row['ratio']:.2f}; "
+                f"noise {row['noise']:.0%})")
+    return f"{row['metric']} {row['old']:,.0f} -> {row['new']:,.0f} (x{row['ratio']:.2f})"
 
 
 def _junit(results, old, new) -> str:
@@ -162,13 +178,20 @@ def _html(results, old_source, new_source) -> str:
         moves = "".join(f"<tr><td>{e(r['case'])}</td><td>{r['old_ratio']:.3g}</td><td>{r['new_ratio']:.3g}</td>"
                         f"<td>{r['factor']:.2f}</td></tr>" for r in d["ratio_moves"][:500]) or \
             "<tr><td colspan=4>none</td></tr>"
+        speed = "".join(f"<tr><td>{e(direction)}</td><td>{e(r['case'])}</td><td>{e(_perf_change(r))}</td></tr>"
+                        for direction in ("slower", "faster") for r in d[direction][:500]) or \
+            "<tr><td colspan=3>none</td></tr>"
         target = o if o == n else f"{o} → {n}"
         sections.append(f"""<h2>target {e(target)}</h2>
 <table><tr><th></th><th>cases</th></tr>{counts}</table>
 <h3>Status changes</h3>
 <table class="rows"><tr><th>change</th><th>case</th><th>old</th><th>new</th><th>stage</th><th>reason</th><th>repro</th></tr>{rows}</table>
 <h3>Error-to-tolerance ratio moved more than {RATIO_FACTOR:g}x</h3>
-<table><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>""")
+<table><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>
+<h3>Performance beyond the measured noise</h3>
+<p>Execution time: the repetitions' ranges do not overlap and the median moved by more than the larger
+relative spread (slowest - fastest) / median of the two runs. Estimated NPU cycles: any change.</p>
+<table class="rows"><tr><th>change</th><th>case</th><th>old -> new</th></tr>{speed}</table>""")
     return page("conv-sweep compare", f"""<h1>conv-sweep compare</h1>
 <p>old: <code>{e(old_source)}</code><br>new: <code>{e(new_source)}</code></p>
 {''.join(sections)}

@@ -12,6 +12,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from .cases import Case
+from .perf import by_flavor, describe, slowest_relative
 from .result import ERROR, FAIL, PASS, XFAIL, XPASS, read_result
 from .tools import write_text
 
@@ -29,7 +30,7 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
         entry = {"case": case.name, "target": case.target, "backend": case.backend, "flavor": case.flavor,
                  "category": case.category,
                  "geometry": case.geometry.to_dict(), "status": NOT_RUN, "stage": None, "reason": "",
-                 "metrics": {}, "notes": {}, "stages": {}, "log": None,
+                 "metrics": {}, "notes": {}, "stages": {}, "perf": {}, "log": None,
                  "repro": str(case_dir(case) / "repro.sh")}
         entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "target", "repro")})
         entries.append(entry)
@@ -146,6 +147,17 @@ def refusal_summary(refused: list) -> list[str]:
     return lines
 
 
+def performance_summary(entries: list[dict]) -> list[str]:
+    """The MAC rate per flavor and the slowest case relative to its MACs (pipeline/perf.py)."""
+    rates = [f"{v} {s['median_rate']:.3g}" for v, s in by_flavor(entries).items() if s["median_rate"] is not None]
+    if not rates:
+        return []
+    slow = slowest_relative(entries, top=1)[0]
+    unit = slow[2]
+    return [f"MAC rate ({unit}, median of passing cases): " + ", ".join(rates),
+            f"slowest relative to its MACs: {slow[0]['case']}: {describe(slow)}"]
+
+
 def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None,
             refused: list = ()) -> str:
     cols, rows = summary_rows(entries)
@@ -155,6 +167,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if totals:
         parts.append("stage time (s): " + ", ".join(f"{s} {t:.1f}" for s, t in sorted(totals.items(), key=lambda i: -i[1])))
         parts.append("slowest: " + "; ".join(f"{stage} {case} {sec:.2f} s" for case, stage, sec in slowest(entries)))
+    parts += performance_summary(entries)
     allowance = int8_allowance(entries)
     if allowance["cases"]:
         parts.append(f"int8 requantization-tie allowance (1 LSB): used by {allowance['cases']} of "
@@ -207,6 +220,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
                 "int8_allowance": int8_allowance(entries),
                 "stage_seconds": stage_totals(entries),
+                "performance": by_flavor(entries),
                 "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}
                             for r in refused],
                 "cases": entries}

@@ -66,6 +66,57 @@ def geometry_figures(entries: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
+def perf_figures(entries: list[dict]) -> list[tuple[str, str]]:
+    """The achieved MAC rate across the geometry space: the two views of geometry_figures, one
+    panel per flavor, each passing case coloured by its rate (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    from .perf import rated
+
+    points = rated(entries)
+    if not points:
+        return []
+    unit = points[0][2]
+    rates = [r for _, r, u in points if u == unit]
+    norm = LogNorm(vmin=min(rates), vmax=max(rates) if max(rates) > min(rates) else min(rates) * 1.01)
+    views = [
+        ("kernel size (KH x KW) against stride (SH x SW)", "kernel area", "stride area",
+         lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), False),
+        ("input channels against output channels", "c_in (log2)", "c_out (log2)",
+         lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), True),
+    ]
+    out = []
+    for title, xlabel, ylabel, fx, fy, jitter in views:
+        fig, axes = plt.subplots(1, len(VARIANTS), figsize=(3.2 * len(VARIANTS), 3.4), sharex=True, sharey=True)
+        scatter = None
+        for ax, variant in zip(np.atleast_1d(axes), VARIANTS):
+            chosen = [(e, r) for e, r, u in points if u == unit and f"{e['backend']}_{e['flavor']}" == variant]
+            ax.set_title(f"{variant} ({len(chosen)})", fontsize=10)
+            ax.set_xlabel(xlabel, fontsize=8)
+            if not chosen:
+                continue
+            xs = [fx(e["geometry"]) for e, _ in chosen]
+            ys = [fy(e["geometry"]) for e, _ in chosen]
+            if jitter:
+                xs, ys = _jitter(xs, 1), _jitter(ys, 2)
+            scatter = ax.scatter(xs, ys, s=22, c=[r for _, r in chosen], cmap="viridis", norm=norm,
+                                 edgecolors="none")
+            if not jitter:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+        np.atleast_1d(axes)[0].set_ylabel(ylabel, fontsize=8)
+        if scatter is not None:
+            fig.colorbar(scatter, ax=list(np.atleast_1d(axes)), label=unit, shrink=0.9)
+        out.append((f"MAC rate ({unit}): {title}", _png(fig)))
+        plt.close(fig)
+    return out
+
+
 def ratio_figure(entries: list[dict]) -> tuple[str, str] | None:
     """Distribution of max error / tolerance per flavor (primary check): < 1 passes."""
     import matplotlib
@@ -117,6 +168,36 @@ def page(title: str, body: str) -> str:
             f"<style>\n{STYLE}\n</style></head><body>\n{body}</body></html>\n")
 
 
+def _performance(entries: list[dict]) -> str:
+    """MAC rate per flavor, pictures of it across the geometry space, the slowest relative to MACs."""
+    from .perf import by_flavor, describe, slowest_relative
+
+    e = html.escape
+
+    def cell(value, spec, unit=""):
+        return "" if value is None else f"{value:{spec}}{unit}"
+
+    rows = "".join(
+        f"<tr><td>{e(v)}</td><td>{s['rated']}</td><td>{e(cell(s['median_rate'], '.3g', ' ' + str(s['unit'])))}</td>"
+        f"<td>{cell(s['median_vmfb_bytes'], ',.0f')}</td><td>{cell(s['median_compile_seconds'], '.2f')}</td>"
+        f"<td>{s['benchmark_errors']}</td></tr>" for v, s in by_flavor(entries).items())
+    slow = "".join(f"<tr><td>{e(item[0]['case'])}</td><td>{e(describe(item))}</td></tr>"
+                   for item in slowest_relative(entries))
+    images = "".join(f'<h3>{e(title)}</h3><img alt="{e(title)}" src="data:image/png;base64,{png}">'
+                     for title, png in perf_figures(entries))
+    note = "" if slow else ("<p>No MAC rate: set CONV_SWEEP_BENCHMARK=1 to time the modules on a target with a "
+                            "benchmark tool; torq's estimated cycles come with every compile.</p>")
+    return f"""<h2>Performance</h2>
+<p>MAC rate of the passing cases: measured GMAC/s at the median of the benchmark's repetitions, or
+the compiler's estimated MACs per NPU cycle. Compile time and .vmfb size are recorded for every case.</p>
+<table><tr><th>flavor</th><th>cases rated</th><th>median MAC rate</th><th>median .vmfb bytes</th>
+<th>median compile s</th><th>benchmark errors</th></tr>{rows}</table>
+{note}{images}
+<h3>Slowest relative to their MACs</h3>
+<table class="buckets"><tr><th>case</th><th>speed</th></tr>{slow or "<tr><td colspan=2>none rated</td></tr>"}</table>
+"""
+
+
 def render(entries, cols, rows, groups, tools, refused=()) -> str:
     e = html.escape
     reasons: dict[str, list] = {}
@@ -142,6 +223,7 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     images = "".join(f'<h3>{e(title)}</h3><img alt="{e(title)}" src="data:image/png;base64,{png}">'
                      for title, png in figures)
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
+    performance = _performance(entries)
     return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
 <p>{len(entries)} cases. Status: pass, fail (numbers out of tolerance), error:&lt;stage&gt; (a tool or
 stage failed), xfail (failed as listed in the expected failures), xpass (listed, but passed: fails the run).</p>
@@ -154,6 +236,7 @@ stage failed), xfail (failed as listed in the expected failures), xpass (listed,
 <table class="buckets"><tr><th>cases</th><th>signature</th><th>statuses</th><th>examples</th></tr>{bucket_rows}</table>
 <h2>Where cases fail</h2>
 {images}
+{performance}
 <h2>Failing cases</h2>
 <table class="buckets"><tr><th>case</th><th>status</th><th>stage</th><th>reason</th><th>repro</th></tr>{failure_rows}</table>
 <h2>Tools</h2><ul>{versions}</ul>

@@ -30,6 +30,7 @@ class Result:
     stages: dict = field(default_factory=dict)  # stage -> {"seconds": ...}
     log: str | None = None  # the failing stage's log
     target: str = "llvm-cpu"  # the target profile the case ran on
+    perf: dict = field(default_factory=dict)  # MACs, .vmfb size, compile time, execution time (pipeline/perf.py)
 
     @classmethod
     def for_case(cls, case: Case, status: str, **kwargs) -> "Result":

@@ -30,11 +30,9 @@ def parse(text: str | None) -> tuple[int, int] | None:
 
 
 def macs(case: Case) -> int:
-    g = case.geometry
-    outputs = g.batch * g.c_out
-    for size in g.out_spatial:
-        outputs *= size
-    return outputs * g.reduction
+    from .perf import macs as geometry_macs
+
+    return geometry_macs(case.geometry)
 
 
 def cost(case: Case) -> float:

@@ -32,7 +32,7 @@ from .frontends import refusal
 from .geometry import Geometry
 from .report import signature
 from .result import ERROR, FAIL, XFAIL, read_result
-from .shard import macs
+from .perf import macs
 from .tools import write_text
 
 SHRINK_DIR = "shrink"
@@ -53,7 +53,7 @@ class Attempt:
 
 
 def _macs(g: Geometry) -> int:
-    return macs(Case(g, "onnx", "f32"))
+    return macs(g)
 
 
 # --- the geometry as a vector of dimensions ----------------------------------------------------

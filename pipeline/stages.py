@@ -80,7 +80,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
                       "remove it from the expected failures")
             Result.for_case(case, XPASS, stage=case.expect_stage, reason=reason,
                             stages=read_all_stages(model_dir, case_dir),
-                            metrics=outcome.metrics if isinstance(outcome, Result) else {}).write(case_dir)
+                            metrics=outcome.metrics if isinstance(outcome, Result) else {},
+                            perf=outcome.perf if isinstance(outcome, Result) else {}).write(case_dir)
             messages.append(f"{case.key}: XPASS {reason}; repro: {repros[case.key]}")
             continue
         previous = read_result(case_dir)
@@ -181,10 +182,11 @@ def verify(case: Case, cfg: Config) -> str | None:
     from .verify import verify_case
 
     def work(case_dir: Path, log: Path) -> Result:
-        return verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout)
+        return verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
+                           benchmark=cfg.benchmark)
 
     def prepare(log: Path) -> None:
-        for stale in ("run.log", "oracle.log"):
+        for stale in ("run.log", "oracle.log", "benchmark.log"):
             (log.parent / stale).unlink(missing_ok=True)
         warm("pipeline.oracle:warm_up", helper="oracle", stage="oracle", log=log.parent / "oracle.log")
 

@@ -51,6 +51,7 @@ class Profile:
     converts_weights: bool = False  # running an f32 model in bf16, its compiler rounds weights and bias too
     bf16_bias_add: str = "fused"  # "separate": the bias-free sum may be rounded to bf16 before the bias is added
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
+    benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
 
     def flags_for(self, variant: str) -> tuple[str, ...]:
@@ -72,7 +73,7 @@ class Profile:
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
-_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags",
+_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
                        "doc"}
 
 
@@ -120,6 +121,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
     for field in ("compiler", "runner", "dump_tool"):
         if not isinstance(data[field], str) or not data[field]:
             raise ConfigError(f"{here}.{field}", data[field], "must be an executable name or path")
+    if data.get("benchmark_tool") is not None and (not isinstance(data["benchmark_tool"], str)
+                                                   or not data["benchmark_tool"]):
+        raise ConfigError(f"{here}.benchmark_tool", data["benchmark_tool"], "must be an executable name or path, or null")
     flavor_flags = data.get("flavor_flags", {})
     if not isinstance(flavor_flags, dict):
         raise ConfigError(f"{here}.flavor_flags", flavor_flags, "must map flavors to lists of flags")
@@ -157,7 +161,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         flavors=tuple(data["flavors"]), compile_only=tuple(data.get("compile_only", [])),
         expected_output=data.get("expected_output", True), converts_weights=data.get("converts_weights", False),
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
-        profiling=profiling,
+        profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"))
 
 

@@ -139,9 +139,18 @@ def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[n
     return x.astype(want.dtype), True
 
 
-def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float) -> Result:
+def _estimate(profile, case_dir: Path) -> float | None:
+    """The compiler's estimated execution time (NPU cycles), where the profile asks for it."""
+    return estimated_time(case_dir / PROFILE) if profile.profiling else None
+
+
+def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float,
+                benchmark: bool = False) -> Result:
     """Run and check one case on its target (a config.Target); write the inputs, expected and
-    actual outputs and result.json in case_dir."""
+    actual outputs and result.json in case_dir. With `benchmark`, a passing case's module is
+    also timed with the target's benchmark tool (pipeline/perf.py)."""
+    from . import perf
+
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / "model.vmfb"
     stages = read_all_stages(model_dir, case_dir)
@@ -149,7 +158,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     notes: dict = {}
     if case.compile_only:
         check_vmfb(vmfb, Path(target.compiler).name)
-        result = Result.for_case(case, PASS, reason="compile-only: not run", stages=stages)
+        result = Result.for_case(case, PASS, reason="compile-only: not run", stages=stages,
+                                 perf=perf.record(case.geometry, vmfb, stages, _estimate(profile, case_dir)))
         result.write(case_dir)
         return result
     x = make_input(case)
@@ -158,7 +168,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                          stage="run", timeout=timeout, log=case_dir / "run.log")
     notes["module_io"] = sig.to_dict()
     if profile.profiling:
-        notes["estimated_npu_cycles"] = estimated_time(case_dir / PROFILE)
+        notes["estimated_npu_cycles"] = _estimate(profile, case_dir)
     x_module, converted = module_input(case, x, sig)
     start = time.monotonic()
     refs = call("pipeline.oracle:evaluate", case, model, x, converted, profile.converts_weights,
@@ -195,9 +205,15 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     _repro_check(case, case_dir, terms, refs, converted, runner_input_arg(relative, sig.inputs[0], profile.io),
                  checks, profile)
     failed = [c for c in checks if not c.passed]
+    execution = None
+    if benchmark and not failed and target.benchmark_tool:
+        execution = perf.run_benchmark(target.benchmark_tool, profile.run_flags, vmfb, sig.function,
+                                       [runner_input_arg(input_path, sig.inputs[0], profile.io)],
+                                       timeout=timeout, log=case_dir / perf.LOG)
     result = Result.for_case(
         case, FAIL if failed else PASS, stage="verify" if failed else None,
         reason="; ".join(c.reason for c in failed) if failed else "; ".join(c.reason for c in checks),
-        metrics={c.name: c.to_dict() for c in checks}, notes=notes, stages=stages)
+        metrics={c.name: c.to_dict() for c in checks}, notes=notes, stages=stages,
+        perf=perf.record(case.geometry, vmfb, stages, notes.get("estimated_npu_cycles"), execution))
     result.write(case_dir)
     return result
