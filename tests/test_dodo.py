@@ -1,4 +1,6 @@
 """The whole pipeline through the public doit commands, on small geometries."""
+import json
+import re
 import time
 
 import pytest
@@ -155,8 +157,6 @@ def test_every_extended_dimension_passes_in_every_flavor(tmp_path):
     refused = doit("refused", env=env)
     lines = [line for line in refused.stdout.splitlines() if line.startswith("conv_tflite_")]
     assert len(lines) == 3 and all("_d2x1_g3_b2" in line and "dilation_rate > 1" in line for line in lines)
-    import json
-
     document = json.loads((tmp_path / "build" / "report" / "llvm-cpu" / "results.json").read_text())
     assert sorted(r["variant"] for r in document["refused"]) == ["tflite_f32", "tflite_w8i8", "tflite_w8if32"]
 
@@ -196,10 +196,12 @@ TORQ_COMPILE_BUG = "failed to legalize unresolved materialization"
 
 @pytest.fixture(scope="module")
 def other_targets(tmp_path_factory):
-    """One `doit -n 2 sweep` of the same two geometries on vmvx and torq together."""
+    """One `doit -n 2 sweep` of the same two geometries on llvm-cpu, vmvx and torq together,
+    the CPU modules timed (CONV_SWEEP_BENCHMARK=1)."""
     tmp = tmp_path_factory.mktemp("targets")
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", SMALL), CONV_SWEEP_N=0,
-                    CONV_SWEEP_BUILD_DIR=tmp / "build", CONV_SWEEP_TARGET="vmvx,torq")
+                    CONV_SWEEP_BUILD_DIR=tmp / "build", CONV_SWEEP_TARGET="llvm-cpu,vmvx,torq",
+                    CONV_SWEEP_BENCHMARK=1)
     run = doit("-n", "2", "sweep", env=env)
     return env, tmp / "build", run
 
@@ -231,6 +233,11 @@ def test_torq_runs_every_flavor_on_the_simulator(other_targets):
             assert any("bf16-rounded operands" in check for check in result["metrics"])
         assert result["notes"]["estimated_npu_cycles"] > 0
         assert (build / "cases" / name / "torq" / "profile.csv").is_file()
+        perf = result["perf"]  # the compiler's estimate is torq's execution time; no benchmark tool
+        assert perf["estimated_npu_cycles"] == result["notes"]["estimated_npu_cycles"]
+        assert perf["macs_per_cycle"] == pytest.approx(perf["macs"] / perf["estimated_npu_cycles"])
+        assert perf["vmfb_bytes"] == (build / "cases" / name / "torq" / "model.vmfb").stat().st_size
+        assert "execution" not in perf
 
 
 def test_torq_repro_runs_outside_the_tool(other_targets):
@@ -290,3 +297,57 @@ def test_a_module_given_bf16_io_is_run_and_checked_in_bf16(tmp_path):
         # stock IREE keeps the f32 weights: the tight reference rounds only the input
         assert "vs float64 conv of the bf16-rounded input and f32 weights, rounded to bf16" in result["metrics"]
         assert (tmp_path / "build" / "cases" / name / "llvm-cpu" / "module-input.bin").is_file()
+
+
+MACS = {IDS[0]: 4 * 5 * 9 * 8 * 3 * 2, IDS[1]: 8 * 8 * 4 * 5}  # outputs x c_out x reduction
+
+
+@pytest.mark.parametrize("target", ["llvm-cpu", "vmvx"])
+def test_benchmark_times_every_passing_cpu_module(other_targets, target):
+    _, build, _ = other_targets
+    for name, result in results(build, target).items():
+        perf = result["perf"]
+        assert perf["macs"] == MACS[name.split("_", 3)[3]]
+        assert perf["vmfb_bytes"] == (build / "cases" / name / target / "model.vmfb").stat().st_size
+        assert perf["compile_seconds"] == result["stages"]["compile"]["seconds"] > 0
+        x = perf["execution"]
+        assert x["tool"] == "iree-benchmark-module" and x["repetitions"] == 5, x
+        assert 0 < x["min_s"] <= x["median_s"] <= x["max_s"]
+        assert x["spread"] == pytest.approx((x["max_s"] - x["min_s"]) / x["median_s"])
+        assert perf["gmacs_per_second"] == pytest.approx(perf["macs"] / x["median_s"] / 1e9)
+    page = (build / "report" / target / "report.html").read_text()
+    assert "<h2>Performance</h2>" in page and "MAC rate (GMAC/s): kernel size" in page
+    document = json.loads((build / "report" / target / "results.json").read_text())
+    assert all(f["rated"] == 2 and f["unit"] == "GMAC/s" for f in document["performance"].values())
+
+
+def test_compare_flags_the_slower_target_beyond_noise(other_targets, tmp_path):
+    """vmvx (an interpreter) against llvm-cpu on the same machine: every case slower, beyond the
+    spread both runs measured; the same run against itself: no change."""
+    env, build, _ = other_targets
+    report = build / "report"
+    run = doit("compare", "--old", str(report / "llvm-cpu" / "results.json"), "--new",
+               str(report / "vmvx" / "results.json"), "--out", str(tmp_path / "a"), env=env)
+    assert run.returncode == 0, run.stdout + run.stderr  # slower is not a regression of status
+    document = json.loads((tmp_path / "a" / "compare.json").read_text())[0]
+    assert sorted(r["case"] for r in document["slower"]) == NAMES and document["faster"] == []
+    assert all(r["metric"] == "time" and r["ratio"] > 1 + r["noise"] for r in document["slower"])
+    assert re.search(r"slower beyond noise +10\n", run.stdout), run.stdout
+    same = doit("compare", "--old", str(report / "vmvx" / "results.json"), "--new",
+                str(report / "vmvx" / "results.json"), "--out", str(tmp_path / "b"), env=env)
+    document = json.loads((tmp_path / "b" / "compare.json").read_text())[0]
+    assert same.returncode == 0 and document["slower"] == document["faster"] == []
+
+
+def test_benchmark_switch_reruns_only_verify(other_targets):
+    """CONV_SWEEP_BENCHMARK=0 after =1 re-runs verify on the CPU targets, never a compile, and
+    drops the timing; switching back restores it."""
+    env, build, _ = other_targets
+    off = doit("-n", "2", "-r", "json", "sweep", env={**env, "CONV_SWEEP_BENCHMARK": "0"})
+    started = executed(off)
+    cpu = [n for n in started if not n.endswith("@torq")]
+    assert sorted(n.split(":")[0] for n in cpu) == ["verify"] * 20, started
+    assert all("execution" not in r["perf"] for r in results(build, "vmvx").values())
+    back = doit("-n", "2", "-r", "json", "sweep", env=env)
+    assert len([n for n in executed(back) if not n.endswith("@torq")]) == 20
+    assert all(r["perf"]["execution"]["repetitions"] == 5 for r in results(build, "vmvx").values())
