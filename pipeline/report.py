@@ -50,12 +50,25 @@ _NORMALIZE = [
 ]
 
 
-def signature(entry: dict) -> str:
-    """Stage plus the diagnostic with numbers, paths, shapes and case names abstracted."""
-    text = entry.get("reason") or ""
+_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance")
+
+
+def _normalize(text: str) -> str:
     for pattern, replacement in _NORMALIZE:
         text = pattern.sub(replacement, text)
-    return f"{entry.get('stage') or '?'}: {text.strip()}"
+    return text.strip()
+
+
+def signature(entry: dict) -> str:
+    """Stage plus the diagnostic with numbers, paths, shapes and case names abstracted. A
+    numeric failure is the checks that failed: how many elements, where the worst one lies and
+    which LSB differences occurred depend on the geometry and its data, not on the failure mode."""
+    text = entry.get("reason") or ""
+    stage = entry.get("stage") or "?"
+    checks = _FAILED_CHECK.findall(text) if stage == "verify" else []
+    if checks:
+        return f"verify: {' + '.join(_normalize(c) for c in checks)}: elements outside tolerance"
+    return f"{stage}: {_normalize(text)}"
 
 
 def buckets(entries: list[dict], examples: int = 3) -> list[dict]:

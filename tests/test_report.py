@@ -209,3 +209,22 @@ def test_progress_updates_in_place_on_a_terminal(scenario):
     screen = b"".join(chunks).decode(errors="replace")
     assert "\r\x1b[K[10/10 cases]" in screen
     assert "progress: " not in screen  # the line-per-interval form is for logs only
+
+
+def test_a_numeric_failure_buckets_by_its_failed_checks():
+    from pipeline.report import signature
+
+    check = "vs TFLite reference kernels (bit-exact; 1 LSB at requantization ties)"
+    one = {"stage": "verify", "reason": f"{check}: 3 of 1058 elements outside tolerance; max abs error 2, max rel "
+                                         "error inf, worst at [0, 3, 5, 1] (expected 0, got 2, tolerance 1); "
+                                         "LSB differences {'-1': 3, '0': 1050, '2': 5}"}
+    two = {"stage": "verify", "reason": f"{check}: 1 of 8 elements outside tolerance; max abs error 3, max rel "
+                                         "error 0.5, worst at [0, 1] (expected 6, got 3, tolerance 0); "
+                                         "LSB differences {'-3': 1, '0': 7}"}
+    assert signature(one) == signature(two) == \
+        "verify: vs TFLite reference kernels (bit-exact; <n> LSB at requantization ties): elements outside tolerance"
+    both = {"stage": "verify", "reason": "vs a: 2 of 9 elements outside tolerance; max abs error 1 (expected 1, "
+                                          "got 2, tolerance 0.5); vs b (bound): 1 of 9 elements outside tolerance; x"}
+    assert signature(both) == "verify: vs a + vs b (bound): elements outside tolerance"
+    assert signature({"stage": "compile", "reason": "tool exit status 1: error at 12"}) == \
+        "compile: tool exit status <n>: error at <n>"
