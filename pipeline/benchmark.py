@@ -5,7 +5,8 @@
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a rerun after changing CONV_SWEEP_COMPILE_FLAGS; a naive baseline (the same
 cases through the same stage functions in one serial loop, no caching); the intrinsic tool
-time (per-stage durations from result.json, divided by 2 cores); the same cold sweep with the
+time (per-stage durations from result.json, divided by 2 cores); what timing every module
+costs (CONV_SWEEP_BENCHMARK=1: a verify-only rerun with it, against one without); the same cold sweep with the
 stages on a local Dask cluster (CONV_SWEEP_SCHEDULER=local:2) and its overhead against the
 `doit -n 2` run; `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
@@ -123,6 +124,10 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     rows["no-op rerun"] = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
     flags_env = {**sweep_env, "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
     rows["rerun after CONV_SWEEP_COMPILE_FLAGS change"] = measure(_doit("-n", str(CORES), "sweep"), flags_env)
+    timed = measure(_doit("-n", str(CORES), "sweep"), {**flags_env, "CONV_SWEEP_BENCHMARK": "1"})
+    rows["verify rerun, CONV_SWEEP_BENCHMARK=1"] = timed
+    untimed = measure(_doit("-n", str(CORES), "sweep"), {**flags_env, "CONV_SWEEP_BENCHMARK": "0"})
+    rows["verify rerun, CONV_SWEEP_BENCHMARK=0"] = untimed
     rows["naive serial loop"] = measure([sys.executable, "-c", NAIVE], naive_env)
     dask_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "dask"), "CONV_SWEEP_SCHEDULER": f"local:{CORES}"}
     dask = measure(_doit("sweep"), dask_env)
@@ -149,6 +154,9 @@ def run(n: int, spec: str | None, work: Path) -> dict:
             "naive / cold (speed-up)": round(rows["naive serial loop"]["seconds"] / cold["seconds"], 3),
             "no-op / cold": round(rows["no-op rerun"]["seconds"] / cold["seconds"], 4),
             f"Dask local:{CORES} / cold doit -n {CORES} (overhead)": round(dask["seconds"] / cold["seconds"], 3),
+            "verify rerun with / without CONV_SWEEP_BENCHMARK=1": round(timed["seconds"] / untimed["seconds"], 3),
+            "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)":
+                round((timed["seconds"] - untimed["seconds"]) / cases, 3) if cases else None,
         },
     }
     return figures

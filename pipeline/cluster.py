@@ -89,7 +89,9 @@ def identity(cfg) -> dict:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     tools = {}
     for target in cfg.targets:
-        for role, path in (("compiler", target.compiler), ("runner", target.runner), ("dump_tool", target.dump_tool)):
+        timed = (("benchmark_tool", target.benchmark_tool),) if cfg.benchmark and target.benchmark_tool else ()
+        for role, path in (("compiler", target.compiler), ("runner", target.runner), ("dump_tool", target.dump_tool),
+                           *timed):
             exists = os.path.isfile(path) and os.access(path, os.X_OK)
             tools[f"{target.name} {role} {path}"] = \
                 [os.path.getsize(path), _ask_version(path).strip()] if exists else "missing"

@@ -24,11 +24,15 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     assert runs["cold doit -n 2 sweep"]["executed_tasks"] == 20 and runs["cold doit -n 2 sweep"]["returncode"] == 0
     assert runs["no-op rerun"]["executed_tasks"] == 0
     assert runs["rerun after CONV_SWEEP_COMPILE_FLAGS change"]["executed_tasks"] >= 5
+    assert runs["verify rerun, CONV_SWEEP_BENCHMARK=1"]["executed_tasks"] == 5
+    assert runs["verify rerun, CONV_SWEEP_BENCHMARK=0"]["executed_tasks"] == 5
     assert runs["naive serial loop"]["returncode"] == 0
     assert runs["cold sweep on Dask (local:2)"]["executed_tasks"] == 20
     assert runs["cold sweep on Dask (local:2)"]["returncode"] == 0
     assert all(r["peak_rss_mb"] > 0 for r in runs.values())
     assert figures["intrinsic_floor_seconds"] > 0
     assert set(figures["ratios"]) == {"cold / intrinsic floor", "cold / naive", "naive / cold (speed-up)",
-                                      "no-op / cold", "Dask local:2 / cold doit -n 2 (overhead)"}
+                                      "no-op / cold", "Dask local:2 / cold doit -n 2 (overhead)",
+                                      "verify rerun with / without CONV_SWEEP_BENCHMARK=1",
+                                      "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)"}
     assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout
