@@ -25,6 +25,8 @@ def test_builtin_profiles():
     assert "--torq-convert-dtypes" not in torq.flags_for("tflite_w8i8")
     assert torq.function("onnx") == "main_graph" and torq.function("tflite") == "main"
     assert all(p.compile_only == () for p in profiles.values())  # every built-in flavor is numeric
+    # CPU modules are timed by iree-benchmark-module; torq's time is its compiler's estimate
+    assert llvm.benchmark_tool == vmvx.benchmark_tool == "iree-benchmark-module" and torq.benchmark_tool is None
 
 
 def test_user_file_overrides_and_adds_profiles(tmp_path):
@@ -49,6 +51,7 @@ def test_user_file_overrides_and_adds_profiles(tmp_path):
     ({"base": "nowhere"}, "base"),
     ({"doc": "no compiler"}, "compiler"),
     ({"base": "llvm-cpu", "profiling": ["--dump"]}, "profiling"),
+    ({"base": "llvm-cpu", "benchmark_tool": ["iree-benchmark-module"]}, "benchmark_tool"),
 ])
 def test_bad_profile_names_file_and_field(tmp_path, profile, field):
     user = tmp_path / "targets.json"
