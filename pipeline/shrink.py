@@ -30,9 +30,9 @@ from .errors import ConfigError
 from .expected import TASK_OF_STAGE
 from .frontends import refusal
 from .geometry import Geometry
+from .perf import macs
 from .report import signature
 from .result import ERROR, FAIL, XFAIL, read_result
-from .perf import macs
 from .tools import write_text
 
 SHRINK_DIR = "shrink"
@@ -48,12 +48,8 @@ class Attempt:
     compiled: bool  # whether the attempt reached the compiler
 
     def to_dict(self) -> dict:
-        return {"case": self.geometry.id, "geometry": self.geometry.to_dict(), "macs": _macs(self.geometry),
+        return {"case": self.geometry.id, "geometry": self.geometry.to_dict(), "macs": macs(self.geometry),
                 "outcome": self.outcome, "signature": self.signature, "seconds": round(self.seconds, 3)}
-
-
-def _macs(g: Geometry) -> int:
-    return macs(g)
 
 
 # --- the geometry as a vector of dimensions ----------------------------------------------------
@@ -157,7 +153,7 @@ class Shrinker:
         found = Attempt(g, outcome, sig, time.monotonic() - start, compiled)
         self.attempts.append(found)
         self.seen[g] = found
-        self.log(f"  attempt {len(self.attempts):3d}: {self.case_for(g).name}  {_macs(g):,} MACs  "
+        self.log(f"  attempt {len(self.attempts):3d}: {self.case_for(g).name}  {macs(g):,} MACs  "
                  f"{outcome}{' (' + sig + ')' if outcome == 'other' else ''}  {found.seconds:.1f} s")
         return found
 
@@ -222,7 +218,7 @@ def shrink(case: Case, cfg: Config, log=print) -> dict:
     start = time.monotonic()
     shrinker = Shrinker(case, cfg, folder, log)
     swept = read_result(cfg.case_dir(case)) or {}
-    log(f"conv-sweep: shrinking {case.key} ({_macs(case.geometry):,} MACs); attempts in {folder}")
+    log(f"conv-sweep: shrinking {case.key} ({macs(case.geometry):,} MACs); attempts in {folder}")
     first = shrinker.attempt(case.geometry)
     if first.outcome != "same":
         raise ConfigError("case", case.key, f"does not fail now on {case.target}: nothing to shrink")
@@ -239,8 +235,8 @@ def shrink(case: Case, cfg: Config, log=print) -> dict:
     summary = {
         "case": case.key, "target": case.target, "stage": shrinker.target[0], "signature": first.signature,
         "swept_signature": swept_signature,
-        "original": {"case": case.name, "geometry": case.geometry.to_dict(), "macs": _macs(case.geometry)},
-        "minimal": {"case": minimal_case.name, "geometry": minimal.to_dict(), "macs": _macs(minimal),
+        "original": {"case": case.name, "geometry": case.geometry.to_dict(), "macs": macs(case.geometry)},
+        "minimal": {"case": minimal_case.name, "geometry": minimal.to_dict(), "macs": macs(minimal),
                     "folder": str(shrinker.cfg.case_dir(minimal_case)),
                     "repro": str(shrinker.cfg.case_dir(minimal_case) / "repro.sh")},
         "attempts": len(shrinker.attempts),
