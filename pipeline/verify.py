@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import oracle, signature, tolerance
+from . import oracle, perf, signature, tolerance
 from .cases import Case
 from .compare import Comparison, compare
 from .compiler import PROFILE, check_vmfb, estimated_time
@@ -149,8 +149,6 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     """Run and check one case on its target (a config.Target); write the inputs, expected and
     actual outputs and result.json in case_dir. With `benchmark`, a passing case's module is
     also timed with the target's benchmark tool (pipeline/perf.py)."""
-    from . import perf
-
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / "model.vmfb"
     stages = read_all_stages(model_dir, case_dir)
