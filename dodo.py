@@ -16,6 +16,7 @@ from pipeline.config import Config
 from pipeline.errors import ConfigError
 from pipeline.expected import TASK_OF_STAGE
 from pipeline.integrity import file_record, unchanged
+from pipeline.perf import RUN_TO_RUN_NOISE
 from pipeline.executables import cannot_start
 from pipeline.fingerprint import executable_identity, stage_fingerprint
 from pipeline.targets import toolchain_identity
@@ -243,13 +244,15 @@ def _accept_failures():
     accept_failures(CFG, CASES)
 
 
-def _compare(old, new, out):
+def _compare(old, new, out, noise_floor):
     from pipeline.diff import compare_runs
 
     if not old or not new:
         return TaskFailed("conv-sweep: doit compare needs --old and --new (build folders or results.json files)")
+    if not noise_floor >= 0:
+        return TaskFailed(f"conv-sweep: doit compare --noise-floor={noise_floor}: must be a fraction >= 0")
     try:
-        text, regressions = compare_runs(old, new, Path(out) if out else CFG.build_dir / "compare")
+        text, regressions = compare_runs(old, new, Path(out) if out else CFG.build_dir / "compare", noise_floor)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     print(text)
@@ -263,7 +266,10 @@ def task_compare():
     params = [{"name": "old", "long": "old", "default": "", "help": "the earlier run: a build folder or results.json"},
               {"name": "new", "long": "new", "default": "", "help": "the later run: a build folder or results.json"},
               {"name": "out", "long": "out", "default": "",
-               "help": "where compare.html, compare.json and junit.xml go (default: <build>/compare)"}]
+               "help": "where compare.html, compare.json and junit.xml go (default: <build>/compare)"},
+              {"name": "noise_floor", "long": "noise-floor", "type": float, "default": RUN_TO_RUN_NOISE,
+               "help": "run-to-run timing noise of the machine, as |log ratio| (default: measured here, "
+                       "see pipeline/perf.py); compare two runs of one compiler to measure yours"}]
     return {"actions": [(_compare,)], "params": params, "verbosity": 2, "uptodate": [False]}
 
 

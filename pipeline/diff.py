@@ -6,7 +6,8 @@ when each side holds one target.
 Reported: regressions (passing before, failing now: fail, error or an expected failure),
 newly passing cases, cases failing in both (and those whose failure bucket changed), cases
 whose error-to-tolerance ratio moved by more than a factor of 2, and cases slower or faster
-beyond the noise both runs measured (pipeline/perf.py: `changes`). Written as a terminal table,
+beyond the noise (pipeline/perf.py: `changes`: the larger of the two runs' spreads plus the
+machine's run-to-run noise), with how far the timed cases moved between the runs. Written as a terminal table,
 compare.html (self-contained) and junit.xml (a failure per regression) in the output folder.
 
 Low-level module: imports only report (bucket signatures, tables), report_html (the page), perf and errors.
@@ -20,7 +21,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from .errors import ConfigError
-from .perf import changes
+from .perf import RUN_TO_RUN_NOISE, changes, run_to_run
 from .report import REPORT_DIR, format_table, signature
 from .report_html import page
 
@@ -65,7 +66,7 @@ def worst_ratio(entry: dict) -> float | None:
     return max(ratios) if ratios else None
 
 
-def diff(old: dict[str, dict], new: dict[str, dict]) -> dict:
+def diff(old: dict[str, dict], new: dict[str, dict], noise_floor: float = RUN_TO_RUN_NOISE) -> dict:
     """Cases of one target in two runs -> the changes, each a list of dicts."""
     out = {"regressions": [], "fixed": [], "still_failing": [], "bucket_changes": [], "ratio_moves": [],
            "slower": [], "faster": [],
@@ -87,18 +88,22 @@ def diff(old: dict[str, dict], new: dict[str, dict]) -> dict:
             factor = (rb + RATIO_FLOOR) / (ra + RATIO_FLOOR)
             if factor > RATIO_FACTOR or factor < 1 / RATIO_FACTOR:
                 out["ratio_moves"].append({**row, "old_ratio": ra, "new_ratio": rb, "factor": factor})
-        for change in changes(a.get("perf"), b.get("perf")):
+        for change in changes(a.get("perf"), b.get("perf"), noise_floor):
             out[change["direction"]].append({**row, **change})
+    common = sorted(set(old) & set(new))
+    out["timing"] = run_to_run([(old[n].get("perf"), new[n].get("perf")) for n in common])
+    out["noise_floor"] = noise_floor
     return out
 
 
-def compare_runs(old_source: str, new_source: str, out_dir: Path) -> tuple[str, int]:
+def compare_runs(old_source: str, new_source: str, out_dir: Path,
+                 noise_floor: float = RUN_TO_RUN_NOISE) -> tuple[str, int]:
     """Compare two runs; write compare.json, compare.html and junit.xml in out_dir. Returns the
     terminal text and the number of regressions."""
     old, new = load(old_source, "compare --old"), load(new_source, "compare --new")
     results = []
     for old_target, new_target in pairs(old, new):
-        results.append((old_target, new_target, diff(old[old_target], new[new_target])))
+        results.append((old_target, new_target, diff(old[old_target], new[new_target], noise_floor)))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     document = [{"old": {"source": old_source, "target": o}, "new": {"source": new_source, "target": n}, **d}
@@ -131,16 +136,25 @@ def _text(results, old_source, new_source) -> str:
             parts.append(f"bucket {row['case']}: {row['old_bucket'][:80]} -> {row['new_bucket'][:80]}")
         for row in sorted(d["ratio_moves"], key=lambda r: -abs(math.log(r["factor"])))[:20]:
             parts.append(f"ratio {row['case']}: {row['old_ratio']:.3g} -> {row['new_ratio']:.3g} (x{row['factor']:.2f})")
+        if d["timing"]:
+            parts.append(_timing(d))
         for direction in ("slower", "faster"):
             for row in sorted(d[direction], key=lambda r: -abs(math.log(r["ratio"])))[:20]:
                 parts.append(f"{direction} {row['case']}: {_perf_change(row)}")
     return "\n".join(parts)
 
 
+def _timing(d: dict) -> str:
+    t = d["timing"]
+    return (f"timing: {t['cases']} cases timed in both runs; their medians moved by |log ratio| "
+            f"{t['median']:.1%} (median), {t['p99']:.1%} (99th percentile), {t['max']:.1%} (max); a case is "
+            f"slower or faster beyond the larger of its two spreads + {d['noise_floor']:.0%}")
+
+
 def _perf_change(row: dict) -> str:
     if row["metric"] == "time":
         return (f"{row['old'] * 1e3:.4g} ms -> {row['new'] * 1e3:.4g} ms (x{row['ratio']:.2f}; "
-                f"noise {row['noise']:.0%})")
+                f"threshold {row['noise']:.0%})")
     return f"{row['metric']} {row['old']:,.0f} -> {row['new']:,.0f} (x{row['ratio']:.2f})"
 
 
@@ -189,8 +203,9 @@ def _html(results, old_source, new_source) -> str:
 <h3>Error-to-tolerance ratio moved more than {RATIO_FACTOR:g}x</h3>
 <table><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>
 <h3>Performance beyond the measured noise</h3>
-<p>Execution time: the repetitions' ranges do not overlap and the median moved by more than the larger
-relative spread (slowest - fastest) / median of the two runs. Estimated NPU cycles: any change.</p>
+<p>Execution time: |log(new median / old median)| above the larger relative spread (slowest - fastest) /
+median of the two runs plus the machine's run-to-run noise ({d['noise_floor']:.0%}). Estimated NPU cycles:
+any change.{(' ' + e(_timing(d)) + '.') if d['timing'] else ''}</p>
 <table class="rows"><tr><th>change</th><th>case</th><th>old -> new</th></tr>{speed}</table>""")
     return page("conv-sweep compare", f"""<h1>conv-sweep compare</h1>
 <p>old: <code>{e(old_source)}</code><br>new: <code>{e(new_source)}</code></p>

@@ -1,12 +1,13 @@
 """Performance per case (pipeline/perf.py): reading the benchmark tool's report, the rule that
 calls a change real only beyond the measured noise, and a failing benchmark tool."""
 import json
+import math
 
 import pytest
 
 from helpers import clean_env, doit, results, write_spec
 from pipeline.geometry import Geometry
-from pipeline.perf import changes, macs, parse_benchmark
+from pipeline.perf import RUN_TO_RUN_NOISE, changes, macs, parse_benchmark, run_to_run
 
 
 def _run(median, low, high):
@@ -14,9 +15,10 @@ def _run(median, low, high):
 
 
 @pytest.mark.parametrize("old, new, expected", [
-    (_run(1.0, 0.9, 1.1), _run(1.5, 1.4, 1.6), ["slower"]),  # ranges apart, +50% > 20% spread
-    (_run(1.0, 0.9, 1.1), _run(1.15, 1.12, 1.2), []),  # ranges apart, but +15% is within the 20% spread
-    (_run(1.0, 0.6, 1.6), _run(1.5, 1.3, 1.7), []),  # +50%, but the ranges overlap: noise
+    (_run(1.0, 0.9, 1.1), _run(1.5, 1.4, 1.6), ["slower"]),  # log 1.5 = 0.41 > 20% spread + 10% floor
+    (_run(1.0, 0.9, 1.1), _run(1.15, 1.12, 1.2), []),  # log 1.15 = 0.14: within 20% + 10%
+    (_run(1.0, 0.99, 1.01), _run(1.08, 1.07, 1.09), []),  # tight spreads, but 8% is run-to-run noise here
+    (_run(1.0, 0.6, 1.6), _run(1.5, 1.3, 1.7), []),  # +50%, but one run spread 100%: noise
     (_run(2.0, 1.9, 2.1), _run(1.0, 0.95, 1.05), ["faster"]),
     ({"estimated_npu_cycles": 1000}, {"estimated_npu_cycles": 1001}, ["slower"]),  # a deterministic estimate
     ({"estimated_npu_cycles": 1000}, {"estimated_npu_cycles": 1000}, []),
@@ -24,6 +26,14 @@ def _run(median, low, high):
 ])
 def test_changes_beyond_noise(old, new, expected):
     assert [c["direction"] for c in changes(old, new)] == expected
+
+
+def test_noise_floor_is_the_machines():
+    old, new = _run(1.0, 0.99, 1.01), _run(1.08, 1.07, 1.09)
+    assert changes(old, new, floor=0.0)[0]["direction"] == "slower"  # a quiet machine's floor
+    assert changes(old, new, floor=RUN_TO_RUN_NOISE) == []
+    moved = run_to_run([(old, new), (new, old), ({}, new)])
+    assert moved["cases"] == 2 and moved["max"] == pytest.approx(math.log(1.08))
 
 
 def test_parse_benchmark_reads_repetitions_not_aggregates():
