@@ -273,13 +273,15 @@ def task_compare():
     return {"actions": [(_compare,)], "params": params, "verbosity": 2, "uptodate": [False]}
 
 
-def _shrink(cases):
+def _shrink(cases, budget):
     from pipeline.shrink import describe, find_case, shrink
 
     if len(cases) != 1:
         return TaskFailed("conv-sweep: doit shrink takes one case: doit shrink <case>@<target>")
+    if budget < 0:
+        return TaskFailed(f"conv-sweep: doit shrink --budget={budget}: must be a number of seconds >= 0")
     try:
-        summary = shrink(find_case(CASES, cases[0]), CFG)
+        summary = shrink(find_case(CASES, cases[0]), CFG, budget=budget or None)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     print(describe(summary))
@@ -288,7 +290,10 @@ def _shrink(cases):
 
 def task_shrink():
     """Shrink a failing case (doit shrink <case>@<target>): the smallest geometry failing the same way."""
-    return {"actions": [(_shrink,)], "pos_arg": "cases", "verbosity": 2, "uptodate": [False]}
+    budget = {"name": "budget", "long": "budget", "type": float, "default": 0,
+              "help": "seconds after which no new attempt starts; the smallest geometry found so far is kept "
+                      "(default 0: no limit)"}
+    return {"actions": [(_shrink,)], "params": [budget], "pos_arg": "cases", "verbosity": 2, "uptodate": [False]}
 
 
 def _print_refused():

@@ -113,6 +113,9 @@ class Shrinker:
         self.attempts: list[Attempt] = []
         self.seen: dict[Geometry, Attempt] = {}
         self.target: tuple[str, str] | None = None  # (stage, signature) of the failure to keep
+        self.deadline: float | None = None  # time.monotonic() after which no attempt starts
+        self.best: Geometry = case.geometry  # the smallest geometry known to fail the same way
+        self.stopped = False  # the budget ran out before the search ended
 
     def case_for(self, g: Geometry) -> Case:
         return replace(self.case, geometry=g)
@@ -158,6 +161,8 @@ class Shrinker:
         return found
 
     def fails(self, g: Geometry) -> bool:
+        if g not in self.seen and self.deadline is not None and time.monotonic() > self.deadline:
+            raise OutOfTime()
         return self.attempt(g).outcome == "same"
 
     def discard(self, g: Geometry, keep: set) -> None:
@@ -168,55 +173,76 @@ class Shrinker:
         shutil.rmtree(self.cfg.model_dir(case), ignore_errors=True)
 
 
+class OutOfTime(Exception):
+    """The shrink's time budget is spent."""
+
+
 def search(shrinker: Shrinker, start: Geometry) -> Geometry:
     """Move along every dimension to the smallest value still failing the same way, repeating
-    passes until one changes nothing."""
-    best = start
-    changed = True
-    while changed:
-        changed = False
-        if best.padding == "same" and shrinker.fails(replace(best, padding="valid")):
-            previous, best = best, replace(best, padding="valid")
-            shrinker.discard(previous, {start})
+    passes until one changes nothing, or until the time budget is spent: the smallest geometry
+    found so far is then the answer (every step to it failed the same way)."""
+    shrinker.best = start
+    try:
+        changed = True
+        while changed:
+            changed = _one_pass(shrinker, start)
+    except OutOfTime:
+        shrinker.stopped = True
+    return shrinker.best
+
+
+def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
+    """Padding, then every dimension in turn; whether anything moved."""
+    changed = False
+    best = shrinker.best
+    if best.padding == "same" and shrinker.fails(replace(best, padding="valid")):
+        _move(shrinker, replace(best, padding="valid"), start)
+        changed = True
+    for dim in dimensions(shrinker.best):
+        best = shrinker.best
+        current, low = value(best, dim), minimum(best, dim)
+        if current <= low:
+            continue
+        if shrinker.fails(with_value(best, dim, low)):
+            found = low
+        elif not shrinker.fails(with_value(best, dim, current - 1)):
+            found = current  # already minimal along this dimension (the usual case in later passes)
+        else:
+            good, bad = current - 1, low  # fails at good, does not at bad
+            while good - bad > 1:
+                mid = (good + bad) // 2
+                if shrinker.fails(with_value(best, dim, mid)):
+                    good = mid
+                else:
+                    bad = mid
+            found = good
+        for g in {with_value(best, dim, v) for v in range(low, current)} & set(shrinker.seen):
+            if g != with_value(best, dim, found):
+                shrinker.discard(g, {start})
+        if found != current:
+            _move(shrinker, with_value(best, dim, found), start)
             changed = True
-        for dim in dimensions(best):
-            current, low = value(best, dim), minimum(best, dim)
-            if current <= low:
-                continue
-            if shrinker.fails(with_value(best, dim, low)):
-                found = low
-            elif not shrinker.fails(with_value(best, dim, current - 1)):
-                found = current  # already minimal along this dimension (the usual case in later passes)
-            else:
-                good, bad = current - 1, low  # fails at good, does not at bad
-                while good - bad > 1:
-                    mid = (good + bad) // 2
-                    if shrinker.fails(with_value(best, dim, mid)):
-                        good = mid
-                    else:
-                        bad = mid
-                found = good
-            for g in {with_value(best, dim, v) for v in range(low, current)} & set(shrinker.seen):
-                if g != with_value(best, dim, found):
-                    shrinker.discard(g, {start})
-            if found != current:
-                previous, best = best, with_value(best, dim, found)
-                shrinker.discard(previous, {start})
-                changed = True
-    return best
+    return changed
+
+
+def _move(shrinker: Shrinker, smaller: Geometry, start: Geometry) -> None:
+    previous, shrinker.best = shrinker.best, smaller
+    shrinker.discard(previous, {start})
 
 
 def shrink_dir(cfg: Config, case: Case) -> Path:
     return cfg.build_dir / SHRINK_DIR / case.target / case.name
 
 
-def shrink(case: Case, cfg: Config, log=print) -> dict:
-    """Shrink `case` (a case of the sweep, on its target); return the summary shrink.json holds."""
+def shrink(case: Case, cfg: Config, log=print, budget: float | None = None) -> dict:
+    """Shrink `case` (a case of the sweep, on its target); return the summary shrink.json holds.
+    With a `budget` (seconds), no attempt starts after it is spent."""
     folder = shrink_dir(cfg, case)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     start = time.monotonic()
     shrinker = Shrinker(case, cfg, folder, log)
+    shrinker.deadline = start + budget if budget else None
     swept = read_result(cfg.case_dir(case)) or {}
     log(f"conv-sweep: shrinking {case.key} ({macs(case.geometry):,} MACs); attempts in {folder}")
     first = shrinker.attempt(case.geometry)
@@ -242,6 +268,7 @@ def shrink(case: Case, cfg: Config, log=print) -> dict:
         "attempts": len(shrinker.attempts),
         "compile_attempts": sum(a.compiled for a in shrinker.attempts),
         "seconds": round(time.monotonic() - start, 1),
+        "stopped_by_budget": shrinker.stopped,
         "timeout": cfg.timeout,
         "tried": [a.to_dict() for a in shrinker.attempts],
     }
@@ -255,7 +282,8 @@ def describe(summary: dict) -> str:
         f"failure kept: {summary['signature']}",
         f"original: {o['case']}  {o['macs']:,} MACs  {json.dumps(o['geometry'])}",
         f"minimal:  {m['case']}  {m['macs']:,} MACs  {json.dumps(m['geometry'])}",
-        f"{summary['attempts']} attempts ({summary['compile_attempts']} compiles) in {summary['seconds']:.1f} s",
+        f"{summary['attempts']} attempts ({summary['compile_attempts']} compiles) in {summary['seconds']:.1f} s"
+        + (" (stopped by the time budget: the smallest found so far)" if summary["stopped_by_budget"] else ""),
         f"minimal case folder: {m['folder']}",
         f"repro: {m['repro']}",
     ])

@@ -77,6 +77,12 @@ def test_shrink_finds_the_smallest_failing_geometry(tmp_path):
     redo = json.loads((build / "shrink" / "llvm-cpu" / CASE / "shrink.json").read_text())
     assert [t["case"] for t in redo["tried"]] == [t["case"] for t in tried]  # deterministic
 
+    budget = doit("shrink", "--budget", "0.5", CASE, env=env)  # no attempt starts after half a second
+    assert budget.returncode == 0 and "(stopped by the time budget: the smallest found so far)" in budget.stdout
+    cut = json.loads((build / "shrink" / "llvm-cpu" / CASE / "shrink.json").read_text())
+    assert cut["stopped_by_budget"] and cut["attempts"] < len(tried)
+    assert json.loads((Path(cut["minimal"]["folder"]) / "result.json").read_text())["stage"] == "compile"
+
     small = "conv_onnx_f32_w6_h6_f2_k3_c2_pvalid"
     passing = doit("shrink", small, env=env)
     assert passing.returncode != 0 and "does not fail now on llvm-cpu: nothing to shrink" in \
