@@ -25,6 +25,15 @@ def _jitter(values, seed):
     return np.asarray(values, dtype=float) + np.random.default_rng(seed).uniform(-0.2, 0.2, len(values))
 
 
+# The two views of the geometry space: (title, x label, y label, x of a geometry, y of it, jitter)
+VIEWS = [
+    ("kernel size (KH x KW) against stride (SH x SW)", "kernel area", "stride area",
+     lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), False),
+    ("input channels against output channels", "c_in (log2)", "c_out (log2)",
+     lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), True),
+]
+
+
 def geometry_figures(entries: list[dict]) -> list[tuple[str, str]]:
     """Two grids, one panel per flavor: kernel area vs stride, and c_in vs c_out (log2)."""
     import matplotlib
@@ -33,14 +42,8 @@ def geometry_figures(entries: list[dict]) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    views = [
-        ("kernel size (KH x KW) against stride (SH x SW)", "kernel area", "stride area",
-         lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), False),
-        ("input channels against output channels", "c_in (log2)", "c_out (log2)",
-         lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), True),
-    ]
     out = []
-    for title, xlabel, ylabel, fx, fy, jitter in views:
+    for title, xlabel, ylabel, fx, fy, jitter in VIEWS:
         fig, axes = plt.subplots(1, len(VARIANTS), figsize=(3.2 * len(VARIANTS), 3.2), sharex=True, sharey=True)
         for ax, variant in zip(np.atleast_1d(axes), VARIANTS):
             chosen = [e for e in entries if f"{e['backend']}_{e['flavor']}" == variant]
@@ -84,14 +87,8 @@ def perf_figures(entries: list[dict]) -> list[tuple[str, str]]:
     unit = points[0][2]
     rates = [r for _, r, u in points if u == unit]
     norm = LogNorm(vmin=min(rates), vmax=max(rates) if max(rates) > min(rates) else min(rates) * 1.01)
-    views = [
-        ("kernel size (KH x KW) against stride (SH x SW)", "kernel area", "stride area",
-         lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), False),
-        ("input channels against output channels", "c_in (log2)", "c_out (log2)",
-         lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), True),
-    ]
     out = []
-    for title, xlabel, ylabel, fx, fy, jitter in views:
+    for title, xlabel, ylabel, fx, fy, jitter in VIEWS:
         fig, axes = plt.subplots(1, len(VARIANTS), figsize=(3.2 * len(VARIANTS), 3.4), sharex=True, sharey=True)
         scatter = None
         for ax, variant in zip(np.atleast_1d(axes), VARIANTS):
