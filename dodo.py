@@ -164,11 +164,7 @@ def _target_keys():
     for target in CFG.targets:
         p = target.profile
         identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
-        timed = CFG.benchmark and target.benchmark_tool  # CONV_SWEEP_BENCHMARK=1 re-runs verify, not compile
-        tools = {role: executable_identity(path, CFG.build_dir)
-                 for role, path in (("compiler", target.compiler), ("runner", target.runner),
-                                    ("dump_tool", target.dump_tool),
-                                    *((("benchmark_tool", target.benchmark_tool),) if timed else ()))}
+        tools = {role: executable_identity(path, CFG.build_dir) for role, path in target.tools(CFG.benchmark)}
         for role, tool in tools.items():
             problem = cannot_start(tool["version"])
             if problem:
@@ -177,7 +173,7 @@ def _target_keys():
         keys[p.name] = (
             {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
             {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict(),
-             **({"benchmark": tools["benchmark_tool"]} if timed else {})})
+             **({"benchmark": tools["benchmark_tool"]} if "benchmark_tool" in tools else {})})  # re-runs verify only
     return keys
 
 

@@ -89,9 +89,7 @@ def identity(cfg) -> dict:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     tools = {}
     for target in cfg.targets:
-        timed = (("benchmark_tool", target.benchmark_tool),) if cfg.benchmark and target.benchmark_tool else ()
-        for role, path in (("compiler", target.compiler), ("runner", target.runner), ("dump_tool", target.dump_tool),
-                           *timed):
+        for role, path in target.tools(cfg.benchmark):
             exists = os.path.isfile(path) and os.access(path, os.X_OK)
             tools[f"{target.name} {role} {path}"] = \
                 [os.path.getsize(path), _ask_version(path).strip()] if exists else "missing"

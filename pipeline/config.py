@@ -63,6 +63,12 @@ class Target:
     def compile_flags(self, variant: str) -> tuple[str, ...]:
         return self.profile.flags_for(variant) + self.extra_flags
 
+    def tools(self, benchmark: bool) -> tuple[tuple[str, str], ...]:
+        """(role, path) of every executable a run uses: compiler, runner, module dumper, and the
+        benchmark tool when modules are timed (CONV_SWEEP_BENCHMARK=1) and the profile has one."""
+        timed = (("benchmark_tool", self.benchmark_tool),) if benchmark and self.benchmark_tool else ()
+        return (("compiler", self.compiler), ("runner", self.runner), ("dump_tool", self.dump_tool), *timed)
+
 
 @dataclass(frozen=True)
 class Config:
