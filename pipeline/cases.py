@@ -1,7 +1,7 @@
 """Cases: one geometry in one backend and flavor, named as the artifact folder,
 the doit subtask and the pytest id alike.
 
-Low-level module: imports only geometry, frontends and errors.
+Low-level module: imports only geometry, frontends, expected and errors.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .errors import ConfigError
+from .expected import Expectation, match
 from .frontends import refusal
 from .geometry import Geometry
 
@@ -30,12 +31,16 @@ class Case:
     flavor: str  # one of FLAVORS[backend]
     category: str = "custom"  # the sweep category that drew the geometry
     compile_only: bool = False  # verify checks that it compiles and runs, not the numbers
-    expect_stage: str | None = None  # listed as an expected failure at this stage
-    expect_reason: str = ""  # the listed reason
+    expected: Expectation | None = None  # its entry in the target's expected-failures list
     target: str = "llvm-cpu"  # the target profile it is compiled for and run on
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
+
+    @property
+    def expect_stage(self) -> str | None:
+        """The stage it is listed to fail at, if listed."""
+        return self.expected.stage if self.expected else None
 
     @property
     def variant(self) -> str:
@@ -92,8 +97,6 @@ def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str]
                expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS) -> list[Case]:
     """Every (category, geometry) in every backend and flavor the target supports and the
     backend's frontend can build (see `refused`), with its expected failure if listed."""
-    from .expected import match
-
     cases = []
     for category, geometry in sampled:
         for backend, flavors in FLAVORS.items():
@@ -106,7 +109,7 @@ def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str]
                             target=target)
                 expected = match(case.name, expectations) if expectations else None
                 if expected:
-                    case = replace(case, expect_stage=expected.stage, expect_reason=expected.reason)
+                    case = replace(case, expected=expected)
                 cases.append(case)
     return cases
 

@@ -80,7 +80,7 @@ def identity(cfg) -> dict:
     """What a worker must share with the driver: the project's code and data files, Python,
     the stage libraries' versions, and each selected target's tools (size and --version) and
     toolchain."""
-    from .fingerprint import STAGE_INPUTS, _ask_version, _version
+    from .fingerprint import STAGE_INPUTS, ask_version, dist_version, sha256
     from .targets import toolchain_identity
 
     package = Path(__file__).parent
@@ -92,10 +92,10 @@ def identity(cfg) -> dict:
         for role, path in target.tools(cfg.benchmark):
             exists = os.path.isfile(path) and os.access(path, os.X_OK)
             tools[f"{target.name} {role} {path}"] = \
-                [os.path.getsize(path), _ask_version(path).strip()] if exists else "missing"
+                [os.path.getsize(path), ask_version(path) or sha256(path)] if exists else "missing"
         tools[f"{target.name} toolchain"] = toolchain_identity(target.toolchain)
     return {"project code": digest.hexdigest(), "python": sys.version.split()[0],
-            "libraries": {d: _version(d) for _, dists in STAGE_INPUTS.values() for d in dists},
+            "libraries": {d: dist_version(d) for _, dists in STAGE_INPUTS.values() for d in dists},
             "tools": tools}
 
 

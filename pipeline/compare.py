@@ -32,19 +32,25 @@ def _as_float(a: np.ndarray) -> np.ndarray:
 
 
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> Comparison:
-    """Compare actual with expected; tolerance is an absolute bound, scalar or broadcastable."""
+    """Compare actual with expected; tolerance is an absolute bound, scalar or broadcastable.
+
+    A non-finite value anywhere (expected, actual or tolerance) fails its element: no flavor
+    allows one (the inputs and weights are finite and bounded, and no conv of the sweep comes
+    near the f32 or bf16 range), and a NaN or infinite oracle or bound cannot vouch for anything."""
     if actual.shape != expected.shape:
         return Comparison(name, False, f"shape {actual.shape} != expected {expected.shape}")
     if actual.dtype != expected.dtype:
         return Comparison(name, False, f"dtype {actual.dtype} != expected {expected.dtype}")
     e, a = _as_float(expected), _as_float(actual)
     tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), e.shape)
-    err = np.abs(a - e)
-    err[~np.isfinite(a) & ~(a == e)] = np.inf  # NaN or a differing inf is always wrong
-    bad = err > tol
+    finite = np.isfinite(e) & np.isfinite(a) & np.isfinite(tol)
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(a - e), np.inf)
+    bad = ~finite | (err > tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(err == 0, 0.0, err / np.abs(e))
         ratio = np.where(err == 0, 0.0, err / tol)
+    ratio = np.where(finite, ratio, np.inf)
     worst = np.unravel_index(int(np.argmax(ratio)), e.shape) if e.size else ()
     histogram = None
     if np.issubdtype(expected.dtype, np.integer):
@@ -54,8 +60,10 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> C
     max_abs = float(err.max()) if e.size else 0.0
     max_rel = float(rel.max()) if e.size else 0.0
     if mismatches:
+        nonfinite = int((~finite).sum())
         reason = (f"{name}: {mismatches} of {e.size} elements outside tolerance; "
-                  f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}, worst at {list(map(int, worst))} "
+                  + (f"{nonfinite} non-finite (expected, actual or tolerance NaN or inf); " if nonfinite else "")
+                  + f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}, worst at {list(map(int, worst))} "
                   f"(expected {e[worst]:.6g}, got {a[worst]:.6g}, tolerance {tol[worst]:.3g})")
         if histogram is not None:
             reason += f"; LSB differences {histogram}"

@@ -25,8 +25,8 @@ from .perf import RUN_TO_RUN_NOISE, changes, run_to_run
 from .report import REPORT_DIR, format_table, signature
 from .report_html import page
 
-PASSING = ("pass", "xpass")
-FAILING = ("fail", "error", "xfail")
+PASSING = ("pass", "xpass", "compiled")
+FAILING = ("fail", "error", "xfail", "changed", "harness")
 RATIO_FACTOR = 2.0  # a ratio that moved by more than this factor either way is listed
 RATIO_FLOOR = 0.01  # ratios are compared as (r + floor): a move from 0.001 to 0.004 is noise, not news
 

@@ -1,17 +1,25 @@
-"""Expected failures: a checked-in list of cases (shell-style patterns allowed) known to fail
-at a given stage, with the reason. A listed case failing at that stage is `xfail` and does not
-fail the run; one that passes is `xpass` and does (strict); one failing at another stage is
-an ordinary failure.
+"""Expected failures: a checked-in list of cases (shell-style patterns allowed), each known to
+fail at a given stage in a given bucket (pipeline/bucket.py: the failure's normalized
+signature, as the report groups it).
+
+A listed case failing at that stage with that signature is `xfail` and does not fail the run;
+failing there with another signature it is `changed` (red: the known bug may be gone and a new
+one in its place); passing that stage it is `xpass` (red, strict); failing at another stage it
+is an ordinary failure. Failures of the harness itself are never expected (pipeline/verdict.py).
 
 File format (JSON): {"expected_failures": [{"case": "conv_onnx_bf16_*_k9_*", "stage": "compile",
-"reason": "..."}]}. Low-level module: imports only errors.
+"bucket": "compile: ...", "issue": "https://...", "comment": "..."}]}; `issue` (a link or a
+tracker id) and `comment` (the user's words) are optional and kept by `doit accept_failures`.
+
+Low-level module: imports only errors.
 """
 from __future__ import annotations
 
 import fnmatch
 import json
+from collections import Counter
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import ConfigError, load_json
@@ -20,13 +28,20 @@ STAGES = ("model", "import", "compile", "run", "oracle", "verify")
 TASK_OF_STAGE = {"model": "model", "import": "mlir", "compile": "vmfb", "run": "verify", "oracle": "verify",
                  "verify": "verify"}
 DEFAULT_DIR = Path(__file__).parent / "expected_failures"  # one file per target: <target>.json
+_REQUIRED, _OPTIONAL = ("case", "stage", "bucket"), ("issue", "comment")
 
 
 @dataclass(frozen=True)
 class Expectation:
     case: str  # case name or shell-style pattern
     stage: str  # the stage it is expected to fail at
-    reason: str  # why (a bug link, the failure bucket, ...)
+    bucket: str  # the failure's signature there (pipeline/bucket.py)
+    issue: str = ""  # the upstream issue tracking it: a URL or a tracker id
+    comment: str = ""  # the user's note
+
+    def to_dict(self) -> dict:
+        return {"case": self.case, "stage": self.stage, "bucket": self.bucket,
+                **({"issue": self.issue} if self.issue else {}), **({"comment": self.comment} if self.comment else {})}
 
 
 def load(path: str | Path, missing_ok: bool = False) -> tuple[Expectation, ...]:
@@ -42,13 +57,26 @@ def load(path: str | Path, missing_ok: bool = False) -> tuple[Expectation, ...]:
     out = []
     for i, entry in enumerate(entries):
         here = f"{where}.expected_failures[{i}]"
-        if not isinstance(entry, dict) or set(entry) != {"case", "stage", "reason"}:
-            raise ConfigError(here, entry, 'must have exactly the fields "case", "stage" and "reason"')
-        if not isinstance(entry["case"], str) or not entry["case"]:
-            raise ConfigError(f"{here}.case", entry["case"], "must be a case name or pattern")
+        if not isinstance(entry, dict):
+            raise ConfigError(here, entry, "must be an object")
+        missing = [f for f in _REQUIRED if f not in entry]
+        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
+        if missing or unknown:
+            problem = (f"lacks {', '.join(missing)}" if missing else f"has unknown fields {', '.join(unknown)}") + \
+                f"; an entry has {', '.join(_REQUIRED)} (the failure's bucket signature, as the report prints " \
+                f"it; `doit accept_failures` writes them) and optionally {', '.join(_OPTIONAL)}"
+            raise ConfigError(here, entry, problem)
+        for name in (*_REQUIRED, *_OPTIONAL):
+            if name in entry and (not isinstance(entry[name], str) or (name in _REQUIRED and not entry[name])):
+                raise ConfigError(f"{here}.{name}", entry[name], "must be a non-empty string" if name in _REQUIRED
+                                  else "must be a string")
         if entry["stage"] not in STAGES:
             raise ConfigError(f"{here}.stage", entry["stage"], f"must be one of {', '.join(STAGES)}")
-        out.append(Expectation(entry["case"], entry["stage"], str(entry["reason"])))
+        if not entry["bucket"].startswith(f"{entry['stage']}: "):
+            raise ConfigError(f"{here}.bucket", entry["bucket"], f"must be a signature of the stage: "
+                              f"'{entry['stage']}: ...'")
+        out.append(Expectation(entry["case"], entry["stage"], entry["bucket"], entry.get("issue", ""),
+                               entry.get("comment", "")))
     return tuple(out)
 
 
@@ -68,21 +96,48 @@ def _index(expectations: tuple[Expectation, ...]) -> tuple[dict, list]:
 
 
 def dump(expectations: list[Expectation]) -> str:
-    return json.dumps({"expected_failures": [asdict(e) for e in expectations]}, indent=1) + "\n"
+    return json.dumps({"expected_failures": [e.to_dict() for e in expectations]}, indent=1) + "\n"
 
 
-def accept(current: tuple[Expectation, ...], failures: list[tuple[str, str, str]],
-           not_run: tuple[str, ...] = (), selection: tuple[str, ...] | None = None) -> list[Expectation]:
-    """The list that makes today's failures expected: (case, stage, bucket) for every case that
-    fails now. Entries that still hold (match some failure at their stage, or a case with no
-    result to judge by, or none of the `selection`'s cases: another profile's or N's) are kept as
-    written, with their reasons; a failure they do not cover gets its own entry, its bucket as
-    reason."""
-    judged = set(selection or ()) - set(not_run)
-    kept = [e for e in current
-            if any(fnmatch.fnmatchcase(case, e.case) and stage == e.stage for case, stage, _ in failures)
-            or any(fnmatch.fnmatchcase(case, e.case) for case in not_run)
-            or (selection is not None and not any(fnmatch.fnmatchcase(case, e.case) for case in judged))]
-    added = [Expectation(case, stage, bucket) for case, stage, bucket in failures
-             if match(case, tuple(kept)) is None or match(case, tuple(kept)).stage != stage]
-    return kept + sorted(added, key=lambda e: e.case)
+@dataclass(frozen=True)
+class Accepted:
+    """The rewritten list, and what changed against the old one."""
+
+    entries: list[Expectation]
+    added: int  # failures no entry covered
+    changed: int  # entries whose stage or bucket was rewritten to the observed one
+    removed: int  # entries whose cases no longer fail
+
+
+def accept(current: tuple[Expectation, ...], failures: dict[str, tuple[str, str]],
+           judged: set[str]) -> Accepted:
+    """The list that makes today's failures expected. `failures` maps every failing case of the
+    selection to its (stage, signature); `judged` are the selection's cases that reached a
+    verdict. An entry none of whose cases were judged (another profile's or N's) is kept as it
+    is; an entry whose judged cases all pass is removed; otherwise it takes the stage and bucket
+    most of its failing cases have, keeping its issue and comment, and a failing case it covers
+    that failed otherwise gets an exact entry of its own (carrying the same issue and comment),
+    as does every failure no entry covers."""
+    entries, covered = [], set()
+    changed = removed = 0
+    for e in current:
+        cases = [c for c in judged if match(c, current) is e]
+        if not cases:
+            entries.append(e)
+            continue
+        failing = [c for c in cases if c in failures]
+        if not failing:
+            removed += 1
+            continue
+        stage, bucket = Counter(failures[c] for c in failing).most_common(1)[0][0]
+        entries.append(replace(e, stage=stage, bucket=bucket))
+        changed += (stage, bucket) != (e.stage, e.bucket)
+        covered.update(c for c in failing if failures[c] == (stage, bucket))
+        for c in sorted(c for c in failing if failures[c] != (stage, bucket)):
+            entries.append(Expectation(c, *failures[c], e.issue, e.comment))
+            covered.add(c)
+            changed += 1
+    added = sorted(c for c in failures if c not in covered)
+    entries += [Expectation(c, *failures[c]) for c in added]
+    exact = sorted((e for e in entries if not any(ch in e.case for ch in "*?[")), key=lambda e: e.case)
+    return Accepted([e for e in entries if e not in exact] + exact, len(added), changed, removed)

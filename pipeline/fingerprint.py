@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from functools import lru_cache
 from importlib import metadata
@@ -22,14 +23,17 @@ STAGE_INPUTS = {
               ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
     "mlir": (("importer", "tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
     "vmfb": (("compiler", "tools"), ("iree-base-compiler",)),
+    # verify gives the verdict: everything that can change one (checks, tolerances, the judging
+    # against the expected failures, the stage wrapper, the case and geometry definitions)
     "verify": (("verify", "oracle", "tolerance", "compare", "reference", "runner", "signature", "data", "result",
-                "repro", "tools"),
+                "repro", "tools", "stages", "expected", "verdict", "bucket", "geometry", "cases", "compiler",
+                "isolate", "errors", "perf", "targets", "executables"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
 }
 
 
 @lru_cache(maxsize=None)
-def _version(dist: str) -> str:
+def dist_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -47,12 +51,14 @@ def code_digest(modules: tuple[str, ...]) -> str:
 @lru_cache(maxsize=None)
 def stage_fingerprint(stage: str) -> dict:
     modules, dists = STAGE_INPUTS[stage]
-    return {"code": code_digest(modules), "versions": {d: _version(d) for d in dists}}
+    return {"code": code_digest(modules), "versions": {d: dist_version(d) for d in dists}}
 
 
 def executable_identity(path: str, cache_dir: Path) -> dict:
     """An executable's identity (resolved path, size, modification time) and what its
-    `--version` prints. The version is asked once per identity and kept in cache_dir."""
+    `--version` prints. A tool with no `--version` (iree-run-module answers it with a flag
+    error) is identified by the version of the package that installed it, where one did, and
+    by its file's SHA-256. Worked out once per identity and kept in cache_dir."""
     real = os.path.realpath(path)
     st = os.stat(real)
     identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -62,21 +68,65 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
         known = json.loads(cache.read_text())
     except (OSError, ValueError):
         known = {}
-    if key not in known:
-        version = _ask_version(real)
-        if cannot_start(version):  # never kept: the next run asks again
+    if key not in known or not isinstance(known[key], dict):
+        version = ask_version(real)
+        if version is not None and cannot_start(version):  # never kept: the next run asks again
             return {**identity, "version": version}
-        known[key] = version
+        found = {"version": version} if version is not None else \
+            {"version": None, "package": _package_of(real), "sha256": sha256(real)}
+        known[key] = found
         write_text(cache, json.dumps(known, indent=1) + "\n")
-    return {**identity, "version": known[key]}
+    return {**identity, **known[key]}
 
 
-def _ask_version(path: str) -> str:
+def describe_identity(identity: dict) -> str:
+    """One line for a report: what the tool says its version is, else its package and digest."""
+    if identity.get("version"):
+        lines = [line.strip() for line in identity["version"].splitlines() if line.strip()]
+        return " / ".join(lines[:3])
+    package = identity.get("package") or "no package"
+    return f"no --version; {package}, sha256 {str(identity.get('sha256'))[:16]}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NOT_A_VERSION = ("not recognized", "unknown flag", "unknown option", "unrecognized option", "FLAGS ERROR",
+                  "invalid option")
+
+
+def ask_version(path: str) -> str | None:
+    """What `path --version` prints, or None when that is not a version: a non-zero exit, an
+    error about the flag, no output. A tool that cannot start says so (executables.cannot_start)."""
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)
     except OSError as err:
         return f"cannot start: {err.strerror}"
-    except subprocess.TimeoutExpired as err:
-        return f"unknown ({type(err).__name__})"
-    return (proc.stdout + proc.stderr).strip()[:2000] or f"unknown (exit status {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        return None
+    text = _ANSI.sub("", proc.stdout + proc.stderr).strip()
+    if cannot_start(text):
+        return text[:2000]
+    if proc.returncode != 0 or not text or any(marker.lower() in text.lower() for marker in _NOT_A_VERSION):
+        return None
+    return text[:2000]
+
+
+def _package_of(path: str) -> str | None:
+    """'name version' of the installed distribution whose files include `path`, if any."""
+    for dist in metadata.distributions():
+        root = Path(dist.locate_file(""))
+        try:
+            relative = Path(path).resolve().relative_to(root.resolve())
+        except ValueError:
+            continue
+        if any(Path(str(f)) == relative for f in dist.files or ()):
+            return f"{dist.metadata['Name']} {dist.version}"
+    return None
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -186,7 +186,7 @@ def accumulators(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray
     return np.rint(acc).astype(np.int64)
 
 
-def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, round_weights: bool = True,
+def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False, round_weights: bool = True,
              bias_free: bool = False, requantize: bool = False) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
     ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
@@ -198,7 +198,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, converted: bool = False, ro
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
-        out["exact"] = float64_reference(case, weights, x).astype(np.float32)
+        out["exact"] = float64_reference(case, weights, x)  # float64: exact, no rounding of its own
     held, x_held = weights, x.astype(np.float64)
     if converted:
         held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)

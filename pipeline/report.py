@@ -6,17 +6,18 @@ Reports only consume results; they never change a case's status.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from .cases import Case
 from .perf import by_flavor, describe, slowest_relative
-from .result import ERROR, FAIL, PASS, XFAIL, XPASS, read_result
+from .bucket import signature as bucket_signature
+from .result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, read_result
 from .tools import write_text
 
 NOT_RUN = "not run"
+FAILED = (FAIL, ERROR, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
 ERROR_STAGES = ("model", "import", "compile", "run", "oracle", "verify")
 REPORT_DIR = "report"
 REPORT_AT_END = "CONV_SWEEP_REPORT_AT_END"  # set while a doit run will write the report when it ends
@@ -39,46 +40,21 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
 
 # --- failure buckets ---------------------------------------------------------------------------
 
-_NORMALIZE = [
-    (re.compile(r"conv_(tflite|onnx)_\w+"), "<case>"),
-    (re.compile(r"(?:[A-Za-z]:|\.\.?)?/[^\s'\"():,]+"), "<path>"),  # absolute, or ./ ../ relative
-    (re.compile(r"tensor<[^>]*>"), "tensor<...>"),
-    (re.compile(r"\b(?:\d+x)+(?:[a-z]+\d*|\d+)\b"), "<shape>"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
-    (re.compile(r"(?<![A-Za-z_\d.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"), "<n>"),
-    (re.compile(r"\s+"), " "),
-]
-
-
-_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance")
-
-
-def _normalize(text: str) -> str:
-    for pattern, replacement in _NORMALIZE:
-        text = pattern.sub(replacement, text)
-    return text.strip()
-
-
 def signature(entry: dict) -> str:
-    """Stage plus the diagnostic with numbers, paths, shapes and case names abstracted. A
-    numeric failure is the checks that failed: how many elements, where the worst one lies and
-    which LSB differences occurred depend on the geometry and its data, not on the failure mode."""
-    text = entry.get("reason") or ""
-    stage = entry.get("stage") or "?"
-    checks = _FAILED_CHECK.findall(text) if stage == "verify" else []
-    if checks:
-        return f"verify: {' + '.join(_normalize(c) for c in checks)}: elements outside tolerance"
-    return f"{stage}: {_normalize(text)}"
+    """The entry's failure bucket (pipeline/bucket.py)."""
+    return bucket_signature(entry.get("stage"), entry.get("reason"))
 
 
 def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
     """Failures (and expected failures) grouped by signature, biggest first."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for entry in entries:
-        if entry["status"] in (FAIL, ERROR, XFAIL):
+        if entry["status"] in FAILED:
             groups[signature(entry)].append(entry)
     out = [{"signature": sig, "count": len(group), "statuses": dict(Counter(e["status"] for e in group)),
-            "examples": [e["case"] for e in group[:examples]]} for sig, group in groups.items()]
+            "examples": [e["case"] for e in group[:examples]],
+            "listed_as": sorted({(e.get("notes") or {}).get("expected_bucket") for e in group
+                                 if e["status"] == CHANGED})} for sig, group in groups.items()]
     return sorted(out, key=lambda b: (-b["count"], b["signature"]))
 
 
@@ -99,14 +75,24 @@ def counts(entries: list[dict], key) -> dict[str, Counter]:
 
 def columns(entries: list[dict]) -> list[str]:
     present = {_column(e) for e in entries}
-    fixed = [PASS, FAIL, *(f"error:{s}" for s in ERROR_STAGES), XFAIL, XPASS, NOT_RUN]
-    return [c for c in fixed if c in present or c in (PASS, FAIL, XFAIL, XPASS)] + sorted(present - set(fixed))
+    fixed = [PASS, COMPILED, FAIL, *(f"error:{s}" for s in ERROR_STAGES), HARNESS, CHANGED, XFAIL, XPASS, NOT_RUN]
+    always = (PASS, FAIL, CHANGED, XFAIL, XPASS)
+    return [c for c in fixed if c in present or c in always] + sorted(present - set(fixed))
+
+
+def flavor_row(entry: dict) -> str:
+    """The summary row of an entry's flavor: a w8if32 model whose converter kept the weights in
+    float (kernels under 1,024 elements) is an f32 model, and gets a row of its own."""
+    variant = f"{entry['backend']}_{entry['flavor']}"
+    if entry["flavor"] == "w8if32" and (entry.get("notes") or {}).get("weights_quantized") is False:
+        return f"{variant} (float weights)"
+    return variant
 
 
 def summary_rows(entries: list[dict]) -> tuple[list[str], list[list]]:
     cols = columns(entries)
     rows = []
-    for title, key in (("flavor", lambda e: f"{e['backend']}_{e['flavor']}"), ("category", lambda e: e["category"])):
+    for title, key in (("flavor", flavor_row), ("category", lambda e: e["category"])):
         table = counts(entries, key)
         for name in sorted(table):
             rows.append([f"{title} {name}", *(table[name][c] for c in cols), sum(table[name].values())])
@@ -185,8 +171,18 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if allowance["cases"]:
         parts.append(f"int8 requantization-tie allowance (1 LSB): used by {allowance['cases']} of "
                      f"{allowance['checked']} passing w8i8 cases, {allowance['elements']} elements")
+    changed = [e for e in entries if e["status"] == CHANGED]
+    if changed:
+        parts.append(f"CHANGED: {len(changed)} listed cases failed at their stage with another signature:")
+        parts += [f"  {e['case']}: listed as [{e['notes'].get('expected_bucket', '')[:120]}]\n"
+                  f"      failed as [{e['notes'].get('observed_bucket', '')[:120]}]" for e in changed[:5]]
+    harness = [e for e in entries if e["status"] == HARNESS]
+    if harness:
+        parts.append(f"HARNESS ERRORS: {len(harness)} cases failed in conv-sweep itself (never expected), e.g. "
+                     f"{harness[0]['case']}: {harness[0]['reason'][:160]}")
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
-        parts.append(f"[{b['count']}] {b['signature'][:160]}\n      e.g. {', '.join(b['examples'])}")
+        listed = "".join(f"\n      listed as: {sig[:160]}" for sig in b.get("listed_as", []))
+        parts.append(f"[{b['count']}] {b['signature'][:160]}{listed}\n      e.g. {', '.join(b['examples'])}")
     if report_dir:
         parts.append(f"report: {report_dir / 'report.html'} (also results.json, junit.xml)")
     return "\n".join(parts)
@@ -195,8 +191,8 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
 # --- files -------------------------------------------------------------------------------------
 
 def junit_xml(entries: list[dict]) -> str:
-    fails = sum(e["status"] in (FAIL, XPASS) for e in entries)
-    errors = sum(e["status"] == ERROR for e in entries)
+    fails = sum(e["status"] in (FAIL, XPASS, CHANGED) for e in entries)
+    errors = sum(e["status"] in (ERROR, HARNESS) for e in entries)
     skipped = sum(e["status"] in (XFAIL, NOT_RUN) for e in entries)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
              f'<testsuites><testsuite name="conv_sweep" tests="{len(entries)}" failures="{fails}" '
@@ -207,11 +203,16 @@ def junit_xml(entries: list[dict]) -> str:
                 f'name={quoteattr(e["case"])} time="{seconds:.3f}"')
         message = quoteattr(f"{e['stage']}: {e['reason']}"[:2000])
         detail = f"repro: {e['repro']}" + (f"\nlog: {e['log']}" if e.get("log") else "")
-        if e["status"] in (FAIL, XPASS):
+        if e["status"] == CHANGED:
+            notes = e.get("notes") or {}
+            message = quoteattr(f"changed at {e['stage']}: listed as [{notes.get('expected_bucket')}], failed as "
+                                f"[{notes.get('observed_bucket')}]: {e['reason']}"[:2000])
+        if e["status"] in (FAIL, XPASS, CHANGED):
             lines.append(f"{head}><failure message={message} type={quoteattr(e['status'])}>"
                          f"{escape(detail)}</failure></testcase>")
-        elif e["status"] == ERROR:
-            lines.append(f"{head}><error message={message} type={quoteattr('error:' + str(e['stage']))}>"
+        elif e["status"] in (ERROR, HARNESS):
+            kind = "harness" if e["status"] == HARNESS else "error"
+            lines.append(f"{head}><error message={message} type={quoteattr(kind + ':' + str(e['stage']))}>"
                          f"{escape(detail)}</error></testcase>")
         elif e["status"] in (XFAIL, NOT_RUN):
             reason = f"expected failure at {e['stage']}: {e['reason']}" if e["status"] == XFAIL else NOT_RUN
@@ -244,7 +245,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
 
 
 def tool_versions(cfg, target) -> dict:
-    from .fingerprint import STAGE_INPUTS, executable_identity, stage_fingerprint
+    from .fingerprint import STAGE_INPUTS, describe_identity, executable_identity, stage_fingerprint
     from .targets import toolchain_identity
 
     versions = {}
@@ -253,8 +254,7 @@ def tool_versions(cfg, target) -> dict:
     versions["target"] = f"{target.name}: {target.profile.doc}"
     for role, path in (("compiler", target.compiler), ("runner", target.runner)):
         identity = executable_identity(path, cfg.build_dir)
-        lines = [line.strip() for line in identity["version"].splitlines() if line.strip()]
-        versions[role] = f"{identity['path']}: {' / '.join(lines[:3])}"
+        versions[role] = f"{identity['path']}: {describe_identity(identity)}"
     toolchain = toolchain_identity(target.toolchain)
     if toolchain:
         versions["toolchain"] = json.dumps(toolchain, sort_keys=True)
@@ -267,7 +267,7 @@ def _selection_key(cfg, cases: list[Case]) -> str:
 
     h = hashlib.sha256()
     for case in cases:
-        h.update(f"{case.key} {case.expect_stage}\n".encode())
+        h.update(f"{case.key} {case.expected}\n".encode())
     h.update(str(cfg.build_dir).encode())
     return h.hexdigest()
 
@@ -344,7 +344,9 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
 
 
 def accept_failures(cfg, cases: list[Case], out=None) -> list:
-    """Rewrite each target's expected-failures file so that every case failing now is expected."""
+    """Rewrite each target's expected-failures file so that every case failing now is expected,
+    at the stage and with the bucket signature observed (issue links and comments are kept).
+    Harness errors are never accepted: they are failures of this tool."""
     import sys
 
     from . import expected
@@ -352,12 +354,13 @@ def accept_failures(cfg, cases: list[Case], out=None) -> list:
     written = []
     for target, selected in by_target(cfg, cases):
         entries = collect(selected, cfg.case_dir)
-        failures = [(e["case"], e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL)]
-        not_run = tuple(e["case"] for e in entries if e["status"] == NOT_RUN)
-        new = expected.accept(target.expectations, failures, not_run, tuple(e["case"] for e in entries))
-        write_text(target.expected_path, expected.dump(new))
-        kept = sum(e in target.expectations for e in new)
-        print(f"{target.name}: {target.expected_path}: {len(new)} entries ({kept} kept with their reasons, "
-              f"{len(new) - kept} added, {len(target.expectations) - kept} dropped)", file=out or sys.stdout)
-        written.append(new)
+        failures = {e["case"]: (e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL, CHANGED)}
+        judged = {e["case"] for e in entries if e["status"] not in (NOT_RUN, HARNESS)}
+        accepted = expected.accept(target.expectations, failures, judged)
+        write_text(target.expected_path, expected.dump(accepted.entries))
+        harness = sum(e["status"] == HARNESS for e in entries)
+        print(f"{target.name}: {target.expected_path}: {len(accepted.entries)} entries: {accepted.added} added, "
+              f"{accepted.changed} changed, {accepted.removed} removed"
+              + (f"; {harness} harness errors not accepted (fix them)" if harness else ""), file=out or sys.stdout)
+        written.append(accepted.entries)
     return written

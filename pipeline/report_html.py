@@ -8,9 +8,10 @@ import io
 import math
 
 from .cases import VARIANTS
+from .result import RED
 
-COLORS = {"pass": "#2e7d32", "fail": "#c62828", "error": "#6a1b9a", "xfail": "#ef6c00", "xpass": "#d81b60",
-          "not run": "#9e9e9e"}
+COLORS = {"pass": "#2e7d32", "compiled": "#81c784", "fail": "#c62828", "error": "#6a1b9a", "harness": "#000000",
+          "changed": "#b71c1c", "xfail": "#ef6c00", "xpass": "#d81b60", "not run": "#9e9e9e"}
 
 
 def _png(fig) -> str:
@@ -205,11 +206,12 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     head = "".join(f"<th>{e(c)}</th>" for c in ["", *cols, "total"])
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     bucket_rows = "".join(
-        f"<tr><td>{b['count']}</td><td><code>{e(b['signature'])}</code></td>"
+        f"<tr><td>{b['count']}</td><td><code>{e(b['signature'])}</code>"
+        + "".join(f"<br>listed as: <code>{e(sig)}</code>" for sig in b.get("listed_as", [])) + "</td>"
         f"<td>{e(', '.join(f'{k} {v}' for k, v in b['statuses'].items()))}</td>"
         f"<td>{'<br>'.join(e(x) for x in b['examples'])}</td></tr>" for b in groups) or \
         "<tr><td colspan=4>no failures</td></tr>"
-    failing = [x for x in entries if x["status"] in ("fail", "error", "xpass")]
+    failing = [x for x in entries if x["status"] in RED]
     failure_rows = "".join(
         f"<tr><td>{e(x['case'])}</td><td>{e(x['status'])}</td><td>{e(str(x['stage']))}</td>"
         f"<td>{e(x['reason'][:400])}</td><td><code>{e(x['repro'])}</code></td></tr>" for x in failing[:500])
@@ -222,8 +224,10 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
     performance = _performance(entries)
     return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
-<p>{len(entries)} cases. Status: pass, fail (numbers out of tolerance), error:&lt;stage&gt; (a tool or
-stage failed), xfail (failed as listed in the expected failures), xpass (listed, but passed: fails the run).</p>
+<p>{len(entries)} cases. Status: pass, compiled (compile-only: not run or compared), fail (numbers out
+of tolerance), error:&lt;stage&gt; (a tool or stage failed), harness (conv-sweep itself failed: never
+expected), xfail (failed at the listed stage with the listed bucket), changed (failed at the listed stage
+with another bucket: fails the run), xpass (listed, but passed: fails the run).</p>
 <h2>Summary</h2>
 <table><tr>{head}</tr>{body}</table>
 <h2>Not generated</h2>

@@ -32,7 +32,7 @@ from .frontends import refusal
 from .geometry import Geometry
 from .perf import macs
 from .report import signature
-from .result import ERROR, FAIL, XFAIL, read_result
+from .result import CHANGED, ERROR, FAIL, XFAIL, read_result
 from .tools import write_text
 
 SHRINK_DIR = "shrink"
@@ -106,7 +106,7 @@ class Shrinker:
     """Runs attempts for one failing case in its own build folder, remembering each geometry's outcome."""
 
     def __init__(self, case: Case, cfg: Config, folder: Path, log=print):
-        self.case = replace(case, category="shrink", expect_stage=None, expect_reason="")
+        self.case = replace(case, category="shrink", expected=None)
         self.cfg = replace(cfg, build_dir=Path(folder), scheduler=None, shard=None)
         self.folder = Path(folder)
         self.log = log
@@ -250,7 +250,7 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None) -> d
         raise ConfigError("case", case.key, f"does not fail now on {case.target}: nothing to shrink")
     original = read_result(shrinker.cfg.case_dir(shrinker.case_for(case.geometry))) or {}
     shrinker.target = (original.get("stage"), first.signature)
-    swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, XFAIL) else None
+    swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, XFAIL, CHANGED) else None
     if swept_signature and swept_signature != first.signature:
         log(f"conv-sweep: note: the sweep recorded {swept_signature}\n"
             f"  it fails differently now, and that failure is the one kept: {first.signature}")

@@ -17,7 +17,8 @@ from .cases import Case
 from .config import Config
 from .errors import StageError
 from .expected import TASK_OF_STAGE
-from .result import ERROR, FAIL, RESULT_FILE, XFAIL, XPASS, Result, read_all_stages, read_result, record_stage
+from .result import ERROR, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
+from .verdict import judge, message
 
 MLIR, VMFB = "model.mlir", "model.vmfb"
 
@@ -36,7 +37,11 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
     """Run one task's work for `cases` (one model on several targets for the shared model and
     mlir tasks, else one case); `stage` names it in results (a task may fail at a later stage:
     verify fails at run, oracle or verify). `prepare` (one-off set-up, such as a helper process
-    importing TensorFlow) runs first and is not counted in the stage's duration."""
+    importing TensorFlow) runs first and is not counted in the stage's duration.
+
+    A build task (model, mlir, vmfb) records a failure as the case's outcome and succeeds where
+    the case is listed to fail at that stage, so that its verify task judges it against the
+    list; verify judges every outcome it records (pipeline/verdict.py)."""
     from .repro import write_repro
 
     first = cases[0]
@@ -48,11 +53,17 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
     repros = {}
     for case in cases:
         cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
+        if task != "verify":  # the verdict is recomputed downstream
+            (cfg.case_dir(case) / RESULT_FILE).unlink(missing_ok=True)
         repros[case.key] = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
     log = work_dir / f"{stage}.log"
 
-    def failed(stage_, reason, log_, result=None):
-        messages = [_failed(c, cfg, stage_, reason, log_, repros[c.key], result) for c in cases]
+    def failed(status, stage_, reason, log_):
+        messages = []
+        for case in cases:
+            result = Result.for_case(case, status, stage=stage_, reason=reason, log=log_,
+                                     stages=read_all_stages(cfg.model_dir(case), cfg.case_dir(case)))
+            messages.append(_record(case, cfg, result, repros[case.key], judge_now=task == "verify"))
         return "\n".join(m for m in messages if m) or None
 
     try:
@@ -61,33 +72,44 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
         start = time.monotonic()
         outcome = work(work_dir, log)
     except StageError as err:
-        return failed(err.stage, err.reason, err.log or str(log))
-    except Exception as err:  # a converter or oracle bug: keep the traceback, fail this case only
+        return failed(ERROR, err.stage, err.reason, err.log or str(log))
+    except Exception as err:  # our own code raised: a harness error, never an expected failure
         with open(log, "a") as f:
             f.write(traceback.format_exc())
-        return failed(stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
+        return failed(HARNESS, stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
     if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
         record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
-    if task == "verify":
-        write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
-    if isinstance(outcome, Result) and outcome.status == FAIL:
-        return failed("verify", outcome.reason, None, outcome)
-    messages = []
-    for case in cases:
-        case_dir = cfg.case_dir(case)
-        if case.expect_stage and TASK_OF_STAGE[case.expect_stage] == task:
-            reason = (f"expected to fail at {case.expect_stage} ({case.expect_reason}) but passed: "
-                      "remove it from the expected failures")
-            Result.for_case(case, XPASS, stage=case.expect_stage, reason=reason,
-                            stages=read_all_stages(model_dir, case_dir),
-                            metrics=outcome.metrics if isinstance(outcome, Result) else {},
-                            perf=outcome.perf if isinstance(outcome, Result) else {}).write(case_dir)
-            messages.append(f"{case.key}: XPASS {reason}; repro: {repros[case.key]}")
-            continue
-        previous = read_result(case_dir)
-        if previous and previous.get("status") in (ERROR, XFAIL) and TASK_OF_STAGE.get(previous.get("stage")) == task:
-            (case_dir / RESULT_FILE).unlink(missing_ok=True)  # that failure is gone
-    return "\n".join(messages) or None
+        return None
+    write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
+    return _record(first, cfg, outcome, repros[first.key], judge_now=True)
+
+
+def _record(case: Case, cfg: Config, result: Result, repro: Path, judge_now: bool) -> str | None:
+    """Write the case's outcome (judged, in the verify task) and return the task's failure
+    message, or None. A build task's failure at the stage the case is listed at is left to the
+    case's verify task to judge, and does not fail the build task."""
+    if judge_now:
+        result = judge(case, result)
+    result.write(cfg.case_dir(case))
+    if not judge_now and result.status == ERROR and case.expect_stage == result.stage:
+        return None
+    return message(case, result, repro)
+
+
+def judge_recorded(case: Case, cfg: Config) -> str | None:
+    """The verify task of a case listed to fail before verify (at model, import or compile):
+    judge what that stage recorded. No recorded failure means the stage passed: xpass."""
+    from .repro import write_repro
+
+    case_dir = cfg.case_dir(case)
+    case_dir.mkdir(parents=True, exist_ok=True)
+    repro = write_repro(case, cfg, cfg.model_dir(case), case_dir)
+    recorded = read_result(case_dir)
+    if recorded:
+        result = Result(**{k: v for k, v in recorded.items() if k in Result.__dataclass_fields__})
+    else:
+        result = Result.for_case(case, PASS, stages=read_all_stages(cfg.model_dir(case), case_dir))
+    return _record(case, cfg, result, repro, judge_now=True)
 
 
 def _ensure_input(case: Case, model_dir: Path) -> None:
@@ -100,34 +122,19 @@ def _ensure_input(case: Case, model_dir: Path) -> None:
         save_npy(model_dir / INPUT, make_input(case))
 
 
-def _failed(case: Case, cfg: Config, stage: str, reason: str, log: str | None, repro: Path,
-            result: Result | None = None) -> str | None:
-    """Record a failure; None if it is the expected one (xfail), else the task's failure message."""
-    case_dir = cfg.case_dir(case)
-    result = result or Result.for_case(case, ERROR, stage=stage, reason=reason, log=log,
-                                       stages=read_all_stages(cfg.model_dir(case), case_dir))
-    if case.expect_stage == stage:
-        result.notes = {**result.notes, "failed_as": result.status, "expected_reason": case.expect_reason}
-        result.status = XFAIL
-        result.write(case_dir)
-        return None
-    result.write(case_dir)
-    what = "FAILED" if result.status == FAIL else f"{stage} failed:"
-    where = f"; log: {log}" if log else ""
-    return f"{case.key}: {what} {reason}{where}; repro: {repro}"
-
-
 def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:
     """Record a failure the stage could not record itself (its Dask worker was lost, no answer
-    came): each case's result.json; the task's failure message, or None where expected."""
+    came): a harness error of each case, never an expected failure; the task's failure message."""
     from .repro import write_repro
 
     messages = []
     for case in cases:
         cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
         repro = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
-        messages.append(_failed(case, cfg, stage, reason, None, repro))
-    return "\n".join(m for m in messages if m) or None
+        result = Result.for_case(case, HARNESS, stage=stage, reason=reason,
+                                 stages=read_all_stages(cfg.model_dir(case), cfg.case_dir(case)))
+        messages.append(_record(case, cfg, result, repro, judge_now=True))
+    return "\n".join(m for m in messages if m)
 
 
 def model(cases: list[Case], cfg: Config) -> str | None:
@@ -178,6 +185,10 @@ def vmfb(case: Case, cfg: Config) -> str | None:
 
 
 def verify(case: Case, cfg: Config) -> str | None:
+    """Run and check the case, and judge it; a case listed to fail before verify is judged
+    on what its listed stage recorded."""
+    if case.expect_stage and TASK_OF_STAGE[case.expect_stage] != "verify":
+        return judge_recorded(case, cfg)
     from .isolate import warm
     from .verify import verify_case
 

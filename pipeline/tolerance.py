@@ -28,6 +28,10 @@ with a step s_x <= max|x| / 127 (symmetric; an asymmetric step (max - min) / 255
 smaller), so each input carries an error of at most s_x / 2, and output channel o is off by
 at most  (s_x / 2) * sum |W_o|  (a rigorous bound), plus the f32 term (n = 2).
 
+w8if32 against the exact conv of its dequantized weights.  The reference is float64, exact
+(no rounding of its own), so the f32 term has n = 1: one implementation's accumulation and
+its one final rounding.
+
 f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
 --torq-convert-io-dtype: bf16 inputs, weights and outputs).  Two checks, both must pass:
   - tight, against the exact conv of the operands as the module holds them, rounded once to
@@ -42,7 +46,8 @@ f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
     u_bf16**2 / 3, so the K products' error has a standard deviation of at most
         sigma_conv = u_bf16 * t * sqrt(2 K / 3)
     (each input element meets one weight per output: the K errors are independent), plus
-    u_bf16 * b for the bias, one bf16 step of the output and the f32 term (n = 2):
+    u_bf16 * b for the bias, one bf16 step of the output and the f32 term (n = 2 against an
+    f32 oracle, n = 1 against w8if32's exact conv):
         tol = ulp_bf16(|e|) + LAMBDA * sigma_conv + u_bf16 * b + f32 term.
     Too loose to see one flipped weight at large K: the tight check is there for that.
 
@@ -59,9 +64,11 @@ implementation that rounds once (torq-compile's rescale: round to nearest, ties 
 +infinity, the 31-bit M kept while all channels share one shift, truncated to the smallest
 shift where they differ) differs from it by exactly one LSB, and only where the real value
 r = acc M / 2**S lies within 2**(30 - S) output LSBs below a .5 tie in magnitude.  Both
-roundings are computed exactly, in integers, from each output's int32 accumulator: where they
-differ, 1 LSB; everywhere else, 0, bit-exact.  The report counts the elements and cases that
-used the allowance.
+roundings are computed exactly, in integers, from each output's int32 accumulator, then the
+output zero point added and the result clamped to [-128, 127], as both implementations do.
+The check is bit-exact everywhere: where the two models agree, the TFLite reference kernels'
+value; where they differ, the single-round value (not either neighbour).  The report counts
+the elements and cases where the single-round value was the one required.
 """
 from __future__ import annotations
 
@@ -122,9 +129,9 @@ def bf16_conversion(k: int, t: float, b: float) -> float:
     return float(LAMBDA * U_BF16 * t * np.sqrt(2.0 * k / 3.0) + U_BF16 * b)
 
 
-def converted_tolerance(expected: np.ndarray, k: int, t: float, b: float) -> np.ndarray:
-    """An f32 model run in bf16 against the flavor's f32 (or exact) oracle."""
-    return bf16_ulp(expected) + bf16_conversion(k, t, b) + f32_tolerance(expected, k, t, b, implementations=2)
+def converted_tolerance(expected: np.ndarray, k: int, t: float, b: float, implementations: int = 2) -> np.ndarray:
+    """An f32 model run in bf16 against the flavor's f32 oracle (n = 2) or the exact conv (n = 1)."""
+    return bf16_ulp(expected) + bf16_conversion(k, t, b) + f32_tolerance(expected, k, t, b, implementations)
 
 
 def separate_bias_term(bias_free: np.ndarray) -> np.ndarray:
@@ -146,11 +153,14 @@ def _divide_toward_zero(value: np.ndarray, shift: int) -> np.ndarray:
 
 
 def tflite_requantize(acc: np.ndarray, q31: np.ndarray, shifts: np.ndarray) -> np.ndarray:
-    """TFLite's reference MultiplyByQuantizedMultiplier (gemmlowp), in int64: the doubling
-    high multiply rounded half away from zero, then a rounding right shift (half away)."""
-    product = acc * q31
+    """TFLite's reference MultiplyByQuantizedMultiplier (gemmlowp), in int64: for M = q31 / 2**S
+    with S < 31 (a multiplier >= 1) the accumulator is shifted left by 31 - S first; then the
+    doubling high multiply rounded half away from zero, then a rounding right shift by S - 31
+    where S > 31 (half away)."""
+    left = np.maximum(31 - shifts, 0)
+    right = np.maximum(shifts - 31, 0)
+    product = (acc << left) * q31
     high = _divide_toward_zero(product + np.where(product >= 0, 1 << 30, 1 - (1 << 30)), 31)
-    right = shifts - 31
     mask = (np.int64(1) << right) - 1
     threshold = (mask >> 1) + (high < 0)
     return (high >> right) + ((high & mask) > threshold)
@@ -164,14 +174,18 @@ def single_round_requantize(acc: np.ndarray, q31: np.ndarray, shifts: np.ndarray
     return (acc * multiplier + (np.int64(1) << (common - 1))) >> common
 
 
-def requantization_differs(acc: np.ndarray, multipliers: np.ndarray, channel_axis: int) -> np.ndarray:
-    """Where single rounding and TFLite's double rounding give different int8 outputs (a bool
-    array shaped like `acc`, the outputs' int32 accumulators); `multipliers` is s_in s_w / s_out
-    per output channel. Both are computed exactly, in integers; clamping to [-128, 127] can only
-    hide a difference, so it is left out."""
+def requantized(acc: np.ndarray, multipliers: np.ndarray, channel_axis: int,
+                zero_point: int) -> tuple[np.ndarray, np.ndarray]:
+    """The int8 outputs of TFLite's double rounding and of single rounding, each plus the output
+    zero point and clamped to [-128, 127], from every output's int32 accumulator (`acc`);
+    `multipliers` is s_in s_w / s_out per output channel. Exact, in integers."""
     q31, shifts = quantized_multipliers(multipliers)
     shape = [1] * np.ndim(acc)
     shape[channel_axis] = -1
     q31, shifts = q31.reshape(shape), shifts.reshape(shape)
     acc = np.asarray(acc, dtype=np.int64)
-    return tflite_requantize(acc, q31, shifts) != single_round_requantize(acc, q31, shifts)
+
+    def out(values):
+        return np.clip(values + zero_point, -128, 127).astype(np.int8)
+
+    return out(tflite_requantize(acc, q31, shifts)), out(single_round_requantize(acc, q31, shifts))
