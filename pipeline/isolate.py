@@ -83,7 +83,8 @@ def warm(warm_up: str, *, helper: str, stage: str, log) -> None:
 def call(function: str, *args, helper: str, stage: str, timeout: float, log, **kwargs):
     """Run `module:function`(*args, **kwargs) in this worker's helper `helper` and return its value.
 
-    Raises StageError on a timeout, a crash of the helper, or an exception in the function.
+    Raises StageError on a timeout, a crash of the helper, or an exception a library raised in
+    the function; HarnessError on an exception raised by this package's own code.
     """
     return _call(helper, function, args, kwargs, stage, timeout, log)
 
@@ -112,8 +113,26 @@ def _call(helper: str, function: str, args, kwargs, stage: str, timeout: float, 
     kind, *detail = value
     if kind == "stage":
         raise StageError(*detail)
-    name, message = detail
-    raise StageError(stage, f"{what}: {name}: {message}".splitlines()[0][:300], None, str(log))
+    name, message, ours = detail
+    text = f"{what}: {name}: {message}".splitlines()[0][:300]
+    if ours:  # raised by this package's own code: a harness error, never a tool's failure
+        raise HarnessError(text)
+    raise StageError(stage, text, None, str(log))
+
+
+class HarnessError(RuntimeError):
+    """An exception raised in a helper by this package's own code (not by a library it called)."""
+
+
+def _raised_here(err: BaseException) -> bool:
+    """Whether the innermost frame of the exception's traceback is this package's code."""
+    import os.path
+
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == \
+        os.path.dirname(os.path.abspath(__file__))
 
 
 def _serve() -> None:
@@ -138,7 +157,7 @@ def _serve() -> None:
             reply = (False, ("stage", err.stage, err.reason, err.argv, err.log))
         except Exception as err:  # reported to the caller as this case's failure
             traceback.print_exc()
-            reply = (False, ("exception", type(err).__name__, str(err)))
+            reply = (False, ("exception", type(err).__name__, str(err), _raised_here(err)))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -125,8 +125,8 @@ def stage_totals(entries: list[dict]) -> dict[str, float]:
 
 
 def int8_allowance(entries: list[dict]) -> dict:
-    """How many passing w8i8 cases (and output elements) needed a single-rounding target's 1-LSB
-    allowance (in a failing case the differing elements are not all allowed ones)."""
+    """How many passing w8i8 cases (and output elements) on a single-rounding target had the
+    single-round value required where it differs from TFLite's (requantization ties)."""
     used = [int((e.get("notes") or {}).get("int8_allowance_used", 0)) for e in entries
             if "int8_allowance_used" in (e.get("notes") or {}) and e["status"] in (PASS, XPASS)]
     return {"checked": len(used), "cases": sum(u > 0 for u in used), "elements": sum(used)}
@@ -169,8 +169,9 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     parts += performance_summary(entries)
     allowance = int8_allowance(entries)
     if allowance["cases"]:
-        parts.append(f"int8 requantization-tie allowance (1 LSB): used by {allowance['cases']} of "
-                     f"{allowance['checked']} passing w8i8 cases, {allowance['elements']} elements")
+        parts.append(f"int8 single-round rule (the single-round value, not TFLite's, at requantization ties): "
+                     f"served {allowance['cases']} of {allowance['checked']} passing w8i8 cases, "
+                     f"{allowance['elements']} elements")
     changed = [e for e in entries if e["status"] == CHANGED]
     if changed:
         parts.append(f"CHANGED: {len(changed)} listed cases failed at their stage with another signature:")

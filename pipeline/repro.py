@@ -23,12 +23,15 @@ def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: fl
     """Save the expected output as raw bytes (run tools read int8 .npy as si8 and bf16 .npy as
     an opaque type, neither matching the module's i8/bf16), how repro.sh compares (`exact`, or
     `approximate` with |actual - expected| <= atol + rtol |expected|) and how it passes the input."""
+    import numpy as np
+
     element = ELEMENT_TYPES[expected.dtype.name]
     spec = TensorType(tuple(expected.shape), element).spec
+    nonfinite = not bool(np.isfinite(np.asarray(expected, dtype=np.float64)).all())
     write_bytes(Path(case_dir) / EXPECTED_BIN, expected.tobytes())
     write_text(Path(case_dir) / CHECK, json.dumps({"expected": f"{spec}=@{EXPECTED_BIN}", "mode": mode,
                                                     "atol": atol, "rtol": rtol, "type": element,
-                                                    "input": input_arg}) + "\n")
+                                                    "input": input_arg, "nonfinite": nonfinite}) + "\n")
 
 
 def _check(case_dir: Path) -> dict | None:
@@ -46,10 +49,12 @@ def _check_flags(check: dict) -> list[str]:
 
 
 # For run tools whose --expected_output cannot take the check (torq-run-module's older IREE has
-# no approximate mode, no rtol and no i8/bf16 thresholds): the output goes to a file, and
-# Python's standard library compares it with the expected bytes.
+# no approximate mode, no rtol and no i8/bf16 thresholds), and wherever the expected output holds
+# a NaN or an infinity (no run tool's check is known to fail those as the sweep does): the
+# output goes to a file, and Python's standard library compares it with the expected bytes,
+# failing every element where either side is not finite, as pipeline/compare.py does.
 _STDLIB_CHECK = r"""python3 - <<'PY'
-import json, struct, sys
+import json, math, struct, sys
 check = json.load(open("check.json"))
 fmt = {"f32": "f", "bf16": "H", "i8": "b"}[check["type"]]
 def values(path):
@@ -62,7 +67,8 @@ want, got = values("repro-expected.bin"), values("repro-actual.bin")
 if len(want) != len(got):
     sys.exit(f"FAILED: {len(got)} output elements, expected {len(want)}")
 limit = [0.0 if check["mode"] == "exact" else check["atol"] + check["rtol"] * abs(w) for w in want]
-bad = [i for i, (w, g, t) in enumerate(zip(want, got, limit)) if not abs(g - w) <= t]
+bad = [i for i, (w, g, t) in enumerate(zip(want, got, limit))
+       if not (math.isfinite(w) and math.isfinite(g) and math.isfinite(t) and abs(g - w) <= t)]
 if bad:
     i = bad[0]
     sys.exit(f"FAILED: {len(bad)} of {len(want)} elements outside tolerance; first at {i}: "
@@ -113,7 +119,7 @@ def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Pat
     input_arg = (check or {}).get("input") or "--input=@../input.npy"
     run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),
            f"--function={target.profile.function(case.backend)}", shlex.quote(input_arg)]
-    if check and target.profile.expected_output:
+    if check and target.profile.expected_output and not check.get("nonfinite", True):
         run_line = " ".join(run + [shlex.quote(f) for f in _check_flags(check)])
         run_note = "# checks the output against the saved oracle output, with the sweep's tolerance"
     elif check:

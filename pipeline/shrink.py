@@ -32,7 +32,7 @@ from .frontends import refusal
 from .geometry import Geometry
 from .perf import macs
 from .report import signature
-from .result import CHANGED, ERROR, FAIL, XFAIL, read_result
+from .result import CHANGED, ERROR, FAIL, HARNESS, XFAIL, read_result
 from .tools import write_text
 
 SHRINK_DIR = "shrink"
@@ -131,7 +131,7 @@ class Shrinker:
             if getattr(stages, task)(subject, self.cfg):
                 break
         result = read_result(case_dir) or {}
-        if result.get("status") in (ERROR, FAIL):
+        if result.get("status") in (ERROR, FAIL, HARNESS):
             return result
         return {"status": "pass", "stage": None, "reason": ""}
 

@@ -39,11 +39,15 @@ def test_rerun_with_nothing_changed_executes_nothing(sweep):
 
 
 def test_compile_flags_rerun_compile_and_verify_only(sweep):
+    modules = sorted((sweep["tmp"] / "build").glob("cases/*/llvm-cpu/model.vmfb"))
+    before = {p: _md5(p) for p in modules}
     ran = sweep["run"](CONV_SWEEP_COMPILE_FLAGS=FLAGS)
     counts = by_stage(ran)
     assert counts["model"] == 0 and counts["mlir"] == 0
     assert counts["vmfb"] == 25
-    assert counts["verify"] <= 25  # only where the new module's bytes differ
+    differ = sum(_md5(p) != digest for p, digest in before.items())
+    assert len(before) == 25 and differ > 0
+    assert counts["verify"] == differ  # exactly where the new module's bytes differ
     assert sweep["run"]() == []
 
 

@@ -76,7 +76,9 @@ def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
     for name, result in found.items():
         variant = f"{result['backend']}_{result['flavor']}"
         if result["category"] == "small1d" and variant in bad:
-            assert (result["status"], result["stage"]) == ("error", "compile"), name
+            # a lost worker is a failure of the harness, not of the compiler
+            status = "harness" if variant == "onnx_f32" else "error"
+            assert (result["status"], result["stage"]) == (status, "compile"), name
             assert bad[variant] in result["reason"], (name, result["reason"])
         else:
             assert result["status"] == "pass", (name, result["reason"])
@@ -152,14 +154,19 @@ def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
     """local:1: the dead worker held the only copy of the run's configuration; the driver sends
     it again to the restarted worker, and the other cases run."""
     wrapper = write_wrapper(tmp_path / "iree-compile-wrapper", WRAPPER, real_compiler())
+    lost = "conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid"
+    listed = tmp_path / "expected.json"  # a lost worker is never an expected failure, whatever the list says
+    listed.write_text(json.dumps({"expected_failures": [
+        {"case": lost, "stage": "compile", "bucket": "compile: its Dask worker died running it, twice (KilledWorker): "
+                                                     "a crash or an OOM kill"}]}))
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:1",
-                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)
+                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5, CONV_SWEEP_EXPECTED_FAILURES=listed)
     run = doit("sweep", env=env, timeout=600)
     assert run.returncode != 0
     found = results(tmp_path / "build")
     broken = {n: r for n, r in found.items() if r["status"] != "pass"}
     assert sorted(broken) == ["conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid", "conv_tflite_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid",
                               "conv_tflite_w8i8_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
-    assert "Dask" in broken["conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]["reason"]
+    assert "Dask" in broken[lost]["reason"] and broken[lost]["status"] == "harness"
     assert len(found) == 10

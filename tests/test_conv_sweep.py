@@ -13,8 +13,7 @@ import pytest
 
 from helpers import ROOT, doit
 from pipeline.config import Config
-from pipeline.expected import TASK_OF_STAGE
-from pipeline.result import read_result
+from pipeline.result import COMPILED, PASS, XFAIL, read_result
 
 CFG = Config.from_env(default_build_dir=ROOT / "build")
 CASES = CFG.cases()
@@ -22,69 +21,62 @@ NUMERIC = [c for c in CASES if not c.compile_only]
 COMPILE_STAGES = ("model", "import", "compile")
 
 
-class ExpectedStageFailure(AssertionError):
-    """The case failed at the stage the expected-failures list names."""
+class ExpectedFailure(AssertionError):
+    """The case failed at the stage, and with the bucket, the expected-failures list names."""
 
 
 def _params(cases, stages=None):
     """One param per case; a case listed as an expected failure (at one of `stages`) is
-    xfail(strict): it must fail, and at that stage (a failure elsewhere is a plain failure)."""
+    xfail(strict): it must fail as listed (its verdict xfail); any other failure, a changed
+    bucket included, is a plain failure."""
     out = []
     for case in cases:
         marks = []
         if case.expect_stage and (stages is None or case.expect_stage in stages):
-            marks.append(pytest.mark.xfail(reason=f"expected to fail at {case.expect_stage}: {case.expect_reason}",
-                                           raises=ExpectedStageFailure, strict=True))
+            marks.append(pytest.mark.xfail(reason=f"expected to fail at {case.expected.stage}: {case.expected.bucket}",
+                                           raises=ExpectedFailure, strict=True))
         out.append(pytest.param(case, id=case.key, marks=marks))
     return out
 
 
-def _fail(case, result, message):
-    if case.expect_stage and result.get("stage") == case.expect_stage:
-        raise ExpectedStageFailure(message)
-    pytest.fail(message, pytrace=False)
-
-
 JOBS = os.environ.get("CONV_SWEEP_JOBS", "2")
-STAGE_ORDER = ["model", "mlir", "vmfb", "verify"]
 
 pytestmark = pytest.mark.conv_sweep
 
 
 @pytest.fixture(scope="session")
 def built(request):
-    """Run doit once for every selected test: vmfb:<case> for compile, verify:<case> for numeric."""
-    tasks = []
-    for item in request.session.items:
-        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
-        if case is not None and item.module.__name__ == __name__:
-            stage = "vmfb" if item.originalname == "test_conv_sweep_compile" else "verify"
-            if case.expect_stage:  # the chain of an expected failure ends at the task that should fail
-                stage = TASK_OF_STAGE[case.expect_stage] if stage == "verify" else \
-                    min(stage, TASK_OF_STAGE[case.expect_stage], key=STAGE_ORDER.index)
-            tasks.append(f"{stage}:{case.name if stage in ('model', 'mlir') else case.key}")
-    run = doit("-n", JOBS, *dict.fromkeys(tasks), env=dict(os.environ), timeout=None)
-    return run
+    """Run doit once for every selected test: verify:<case> of each, which gives every case its
+    verdict (a case listed to fail before verify included)."""
+    tasks = [f"verify:{item.callspec.params['case'].key}" for item in request.session.items
+             if item.module.__name__ == __name__ and "case" in getattr(getattr(item, "callspec", None), "params", {})]
+    return doit("-n", JOBS, *dict.fromkeys(tasks), env=dict(os.environ), timeout=None)
 
 
-def _result(case):
-    return read_result(CFG.case_dir(case)) or {}
+def _verdict(case, built, stages):
+    """The case's result.json; raises ExpectedFailure where its verdict is xfail at one of
+    `stages`, fails on any other failing verdict there."""
+    result = read_result(CFG.case_dir(case)) or {}
+    if not result:
+        pytest.fail(f"no result.json for {case.key}; doit said:\n{built.stdout[-2000:]}", pytrace=False)
+    status, stage = result["status"], result.get("stage")
+    if status in (PASS, COMPILED) or (stage is not None and stage not in stages):
+        return result
+    where = f" (log: {result['log']})" if result.get("log") else ""
+    text = f"{status} at {stage}: {result['reason']}{where}"
+    if status == XFAIL:
+        raise ExpectedFailure(text)
+    pytest.fail(text, pytrace=False)
 
 
 @pytest.mark.parametrize("case", _params(CASES, COMPILE_STAGES))
 def test_conv_sweep_compile(case, built):
+    _verdict(case, built, COMPILE_STAGES)
     vmfb = CFG.case_dir(case) / "model.vmfb"
-    result = _result(case)
-    if result.get("status") in ("error", "xfail") and result.get("stage") in COMPILE_STAGES:
-        _fail(case, result, f"{result['stage']}: {result['reason']} (log: {result.get('log')})")
     assert vmfb.is_file() and vmfb.stat().st_size > 0, f"no {vmfb}; doit said:\n{built.stdout[-2000:]}"
 
 
 @pytest.mark.parametrize("case", _params(NUMERIC))
 def test_conv_sweep_numeric(case, built):
-    result = _result(case)
-    if not result:
-        pytest.fail(f"no result.json for {case.key}; doit said:\n{built.stdout[-2000:]}", pytrace=False)
-    if result["status"] not in ("pass", "xpass"):
-        where = f" (log: {result['log']})" if result.get("log") else ""
-        _fail(case, result, f"{result['status']} at {result['stage']}: {result['reason']}{where}")
+    result = _verdict(case, built, (*COMPILE_STAGES, "run", "oracle", "verify"))
+    assert result["status"] == PASS, f"{result['status']}: {result['reason']}"

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from pipeline.errors import StageError
-from pipeline.isolate import call
+from pipeline.isolate import HarnessError, call
 
 
 def test_value_comes_back_from_another_process(tmp_path):
@@ -32,3 +32,11 @@ def test_exception_names_the_function_and_error_and_keeps_the_traceback(tmp_path
         call("json:loads", "{not json", helper="t", stage="oracle", timeout=30, log=tmp_path / "log")
     assert err.value.stage == "oracle" and err.value.reason.startswith("loads: JSONDecodeError")
     assert "Traceback" in (tmp_path / "log").read_text()
+
+
+def test_an_exception_raised_by_our_own_code_is_a_harness_error(tmp_path):
+    """A library's exception is the stage's failure; one raised by this package's code is ours."""
+    with pytest.raises(HarnessError, match="load_json: ConfigError"):
+        call("pipeline.errors:load_json", str(tmp_path / "absent.json"), "X", helper="t", stage="oracle",
+             timeout=30, log=tmp_path / "log")
+    assert not issubclass(HarnessError, StageError)

@@ -80,10 +80,22 @@ def test_grouped_and_depthwise_weights_read_back_from_every_flavor(tmp_path, geo
             np.testing.assert_allclose(weights.bias, bias, atol=1e-6)
 
 
-def test_the_same_case_converts_to_the_same_bytes():
-    """A rebuilt model must not differ from the last one (its consumers would all re-run)."""
-    from pipeline.model_tflite import convert
+def test_the_same_case_converts_to_the_same_bytes(tmp_path):
+    """A rebuilt model must not differ from the last one (its consumers would all re-run): two
+    conversions in two separate processes, as two runs (or two doit workers) would make them."""
+    import subprocess
+    import sys
 
+    script = ("import sys; from pipeline.cases import Case; from pipeline.model_tflite import convert; "
+              "from tests_geometry import G; import pathlib\n"
+              "for flavor in ('f32', 'w8if32', 'w8i8'):\n"
+              "    pathlib.Path(sys.argv[1], flavor).write_bytes(convert(Case(G, 'tflite', flavor)))\n")
+    (tmp_path / "tests_geometry.py").write_text(f"from pipeline.geometry import Geometry\nG = {EXTENDED[3]!r}\n")
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], check=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"},
+                       capture_output=True, timeout=300)
     for flavor in ("f32", "w8if32", "w8i8"):
-        case = Case(EXTENDED[3], "tflite", flavor)
-        assert convert(case) == convert(case), flavor
+        first, second = (tmp_path / "a" / flavor).read_bytes(), (tmp_path / "b" / flavor).read_bytes()
+        assert len(first) > 0 and first == second, flavor

@@ -52,37 +52,56 @@ def test_atol_rtol_forms_match_the_per_element_tolerances():
     assert np.all(atol + rtol * np.abs(e) <= 2 * exact)
 
 
-def _tflite_requantize(acc: int, q31: int, right_shift: int) -> int:
-    """TFLite's reference MultiplyByQuantizedMultiplier, one value at a time in Python integers."""
-    product = acc * q31
+def _tflite_requantize(acc: int, q31: int, exponent: int) -> int:
+    """TFLite's reference MultiplyByQuantizedMultiplier(acc, q31, exponent), one value at a time
+    in Python integers, as its C++ reads: a left shift for a positive exponent (a multiplier >= 1),
+    the saturating rounding doubling high multiply, then a rounding right shift."""
+    left, right = max(exponent, 0), max(-exponent, 0)
+    product = (acc * (1 << left)) * q31
     nudge = (1 << 30) if product >= 0 else 1 - (1 << 30)
     high = abs(product + nudge) >> 31
     high = high if product + nudge >= 0 else -high  # C division truncates toward zero
-    mask = (1 << right_shift) - 1
+    mask = (1 << right) - 1
     threshold = (mask >> 1) + (1 if high < 0 else 0)
-    return (high >> right_shift) + (1 if (high & mask) > threshold else 0)
+    return (high >> right) + (1 if (high & mask) > threshold else 0)
 
 
-def test_requantization_differs_exactly_where_single_and_double_rounding_do():
-    """Against a scalar model in Python integers: the vectorized TFLite rounding is exact, the
-    differences to a single rounding are one LSB, all of them lie within 2**(30 - S) below a
-    .5 tie, and the allowance covers exactly those elements."""
+def _single_round(acc: int, multipliers, c: int) -> int:
+    """torq-compile's rescale as its source reads, one value at a time: every channel's 31-bit
+    multiplier truncated to the smallest shift of all channels, one rounding half up."""
+    q31, shifts = tolerance.quantized_multipliers(np.asarray(multipliers))
+    common = int(min(shifts))
+    m = int(q31[c]) >> (int(shifts[c]) - common)
+    return (acc * m + (1 << (common - 1))) >> common
+
+
+def test_requantization_with_a_multiplier_of_one_or_more():
+    q31, shifts = tolerance.quantized_multipliers(np.array([1.5, 3.0, 0.75]))
+    assert tolerance.tflite_requantize(np.array([100, 100, 100]), q31, shifts).tolist() == [150, 300, 75]
+    assert tolerance.tflite_requantize(np.array([-7, -7, -7]), q31, shifts).tolist() == [-10, -21, -5]
+    double, single = tolerance.requantized(np.array([[100, 100, 100]]), np.array([1.5, 3.0, 0.75]), -1, -3)
+    assert double.tolist() == [[127, 127, 72]] and single.tolist() == [[127, 127, 72]]  # clamped after the zero point
+
+
+def test_requantized_against_scalar_models_of_both_roundings():
+    """Against scalar models in Python integers, with per-channel multipliers spanning several
+    shifts (so single rounding truncates some multipliers) and one >= 1: both roundings exact,
+    differing by one LSB at a few elements; then the zero point is added and the clamp applied."""
     rng = np.random.default_rng(7)
-    multipliers = rng.uniform(2.0 ** -16, 2.0 ** -9, 4)
-    acc = rng.integers(-2 ** 22, 2 ** 22, (20000, 4))
+    multipliers = np.array([*rng.uniform(2.0 ** -16, 2.0 ** -9, 4), 1.25])
+    acc = rng.integers(-2 ** 22, 2 ** 22, (20000, 5))
+    acc[:, 4] = rng.integers(-300, 300, 20000)
     q31, shifts = tolerance.quantized_multipliers(multipliers)
-    double = np.array([[_tflite_requantize(int(a), int(q31[c]), int(shifts[c]) - 31) for c, a in enumerate(row)]
+    double = np.array([[_tflite_requantize(int(a), int(q31[c]), 31 - int(shifts[c])) for c, a in enumerate(row)]
                        for row in acc])
-    single = np.array([[(int(a) * int(q31[c]) + (1 << (int(shifts[c]) - 1))) >> int(shifts[c])
-                        for c, a in enumerate(row)] for row in acc])
+    single = np.array([[_single_round(int(a), multipliers, c) for c, a in enumerate(row)] for row in acc])
     assert (tolerance.tflite_requantize(acc, q31, shifts) == double).all()
-    differs = tolerance.requantization_differs(acc, multipliers, channel_axis=-1)
-    assert (differs == (double != single)).all() and differs.any()
-    assert np.abs(double - single).max() == 1
-    real = np.abs(acc * q31 / 2.0 ** shifts)
-    below_tie = 0.5 - (real - np.floor(real))
-    window = np.broadcast_to(2.0 ** (30 - shifts), acc.shape)
-    assert (below_tie[differs] >= 0).all() and (below_tie[differs] <= window[differs] + 1e-12).all()
+    assert (tolerance.single_round_requantize(acc, q31, shifts) == single).all()
+    assert (double != single).any() and np.abs(double - single).max() == 1
+    for zp in (-128, 5, 127):
+        got_double, got_single = tolerance.requantized(acc, multipliers, -1, zp)
+        assert (got_double == np.clip(double + zp, -128, 127)).all()
+        assert (got_single == np.clip(single + zp, -128, 127)).all()
 
 
 def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():

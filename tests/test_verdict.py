@@ -1,0 +1,78 @@
+"""The verdict: an expected failure is a claim about one failure, its stage and its bucket."""
+import pytest
+
+from pipeline.bucket import signature
+from pipeline.cases import Case
+from pipeline.expected import Expectation
+from pipeline.geometry import Geometry
+from pipeline.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, Result
+from pipeline.verdict import judge, message, outcome
+
+G = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4)
+LISTED_REASON = "torq-compile exit status 1: <unknown>:0: error: failed to legalize unresolved materialization"
+BUCKET = signature("compile", LISTED_REASON)
+
+
+def _case(stage="compile", bucket=BUCKET):
+    return Case(G, "tflite", "f32", expected=Expectation("conv_*", stage, bucket))
+
+
+def _result(case, status, stage=None, reason=""):
+    return Result.for_case(case, status, stage=stage, reason=reason)
+
+
+def test_the_listed_failure_is_xfail_even_with_other_numbers_and_paths():
+    case = _case()
+    reason = LISTED_REASON.replace("status 1", "status 2").replace("<unknown>:0", "<unknown>:17")
+    judged = judge(case, _result(case, ERROR, "compile", reason))
+    assert judged.status == XFAIL and judged.notes["outcome"] == ERROR
+
+
+def test_another_signature_at_the_listed_stage_is_changed_with_both():
+    case = _case()
+    judged = judge(case, _result(case, ERROR, "compile", "torq-compile killed by signal SIGSEGV"))
+    assert judged.status == CHANGED
+    assert judged.notes["expected_bucket"] == BUCKET
+    assert judged.notes["observed_bucket"] == "compile: torq-compile killed by signal SIGSEGV"
+    text = message(case, judged, "repro.sh")
+    assert "CHANGED at compile" in text and BUCKET in text and "SIGSEGV" in text
+
+
+@pytest.mark.parametrize("status", [HARNESS])
+def test_a_harness_error_is_never_expected(status):
+    case = _case(stage="verify", bucket="verify: RuntimeError: boom")
+    judged = judge(case, _result(case, status, "verify", "RuntimeError: boom"))
+    assert judged.status == HARNESS and "HARNESS ERROR" in message(case, judged, "r")
+
+
+def test_a_failure_at_another_stage_stands():
+    case = _case()
+    judged = judge(case, _result(case, ERROR, "run", "torq-run-module timed out after 5 s"))
+    assert judged.status == ERROR and message(case, judged, "r")
+
+
+@pytest.mark.parametrize("status", [PASS, COMPILED])
+def test_passing_the_listed_stage_is_xpass(status):
+    case = _case()
+    judged = judge(case, _result(case, status))
+    assert judged.status == XPASS and judged.stage == "compile" and "remove it" in judged.reason
+
+
+def test_unlisted_outcomes_stand_and_only_red_ones_have_a_message():
+    case = Case(G, "onnx", "f32")
+    for status in (PASS, COMPILED, FAIL, ERROR):
+        judged = judge(case, _result(case, status, "verify" if status == FAIL else None))
+        assert judged.status == status
+        assert (message(case, judged, "r") is None) == (status in (PASS, COMPILED))
+
+
+def test_judging_again_starts_from_the_outcome():
+    """A verdict is judged again when the list changes: from the recorded outcome."""
+    case = _case()
+    judged = judge(case, _result(case, ERROR, "compile", LISTED_REASON))
+    assert judged.status == XFAIL
+    unlisted = Case(G, "tflite", "f32")
+    again = judge(unlisted, judged)
+    assert (again.status, outcome(again), again.stage) == (ERROR, ERROR, "compile")
+    relisted = judge(_case(bucket="compile: something else"), again)
+    assert relisted.status == CHANGED

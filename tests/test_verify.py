@@ -1,0 +1,133 @@
+"""The checks verify applies, on synthetic data with exactly known answers, and on a real case."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from helpers import clean_env
+from pipeline import stages, tolerance
+from pipeline import verify as verify_module
+from pipeline.cases import Case
+from pipeline.compare import compare
+from pipeline.config import Config
+from pipeline.expected import Expectation
+from pipeline.geometry import Geometry
+from pipeline.oracle import ModelWeights
+from pipeline.repro import write_check, write_repro
+from pipeline.result import read_result
+from pipeline.targets import load_profiles
+from pipeline.verify import comparisons, single_round_expected
+
+PROFILES = load_profiles()
+G = Geometry(2, (8, 8), (1, 1), (1, 1), 1, 2)  # 1x1 kernel: one accumulator per output
+
+
+def _w8i8_on_torq():
+    """Accumulators of a 2-channel int8 conv at which single and double rounding agree, and some
+    at which they differ (requantization ties), with the TFLite reference's output for them."""
+    rng = np.random.default_rng(3)
+    input_scale, output_scale, zp = 0.05, 0.9, -3
+    weight_scales = (2.0 ** -12 * 13.7, 2.0 ** -13 * 11.1)
+    multipliers = input_scale * np.asarray(weight_scales) / output_scale
+    acc = np.stack([rng.integers(-int(120 / m), int(120 / m), 400000) for m in multipliers], axis=-1)
+    double, single = tolerance.requantized(acc, multipliers, -1, zp)
+    differs = np.flatnonzero((double != single).any(axis=-1))
+    same = np.flatnonzero((double == single).all(axis=-1))[:60]
+    rows = np.concatenate([differs[:4], same])
+    acc = acc[rows].reshape(1, 8, 8, 2)
+    weights = ModelWeights(np.ones((2, 1, 1, 1)), np.zeros(2), True, input_scale, output_scale, 0, zp, weight_scales)
+    expected = tolerance.requantized(acc, multipliers, -1, zp)[0]
+    return Case(G, "tflite", "w8i8", target="torq"), weights, {"expected": expected, "accumulators": acc}
+
+
+def test_w8i8_single_round_is_bit_exact_against_the_single_round_model():
+    case, weights, refs = _w8i8_on_torq()
+    single, ties = single_round_expected(case, weights, refs)
+    assert ties >= 1 and (single != refs["expected"]).sum() == ties
+    x = np.zeros((1, 8, 8, 1), np.int8)
+    [check] = comparisons(case, weights, x, refs, single, PROFILES["torq"])
+    assert check.passed and check.max_tolerance == 0.0
+    # TFLite's value where the two roundings differ is not accepted: the model predicts one value
+    [check] = comparisons(case, weights, x, refs, refs["expected"], PROFILES["torq"])
+    assert not check.passed and check.mismatches == ties
+    # one LSB off where the two models agree fails
+    agree = np.flatnonzero((single == refs["expected"]).ravel())[0]
+    off = single.copy().ravel()
+    off[agree] += 1 if off[agree] < 127 else -1
+    [check] = comparisons(case, weights, x, refs, off.reshape(single.shape), PROFILES["torq"])
+    assert not check.passed and check.mismatches == 1
+
+
+def test_w8i8_elsewhere_is_bit_exact_against_tflite():
+    case, weights, refs = _w8i8_on_torq()
+    x = np.zeros((1, 8, 8, 1), np.int8)
+    [check] = comparisons(case, weights, x, refs, refs["expected"], PROFILES["llvm-cpu"])
+    assert check.passed
+    single, _ = single_round_expected(case, weights, refs)
+    [check] = comparisons(case, weights, x, refs, single, PROFILES["llvm-cpu"])
+    assert not check.passed
+
+
+def test_an_integer_model_that_disagrees_with_tflite_is_a_harness_error():
+    case, weights, refs = _w8i8_on_torq()
+    wrong = refs["expected"].copy()
+    wrong.ravel()[0] += 1
+    try:
+        single_round_expected(case, weights, {**refs, "expected": wrong})
+    except RuntimeError as err:
+        assert "differs from the TFLite reference kernels at 1 of" in str(err)
+    else:
+        raise AssertionError("no error")
+
+
+# --- on a real case: llvm-cpu, a tiny ONNX conv built by the sweep's own stage functions ----------
+
+TINY = Geometry(2, (6, 5), (3, 3), (1, 1), 2, 3)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The tiny case built to its .vmfb and verified once (passing), on llvm-cpu."""
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path_factory.mktemp("verify") / "build"))
+    case = Case(TINY, "onnx", "f32")
+    assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None and stages.vmfb(case, cfg) is None
+    assert stages.verify(case, cfg) is None and read_result(cfg.case_dir(case))["status"] == "pass"
+    return cfg, case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_oracle_fails_in_the_sweep_and_in_repro(built, bad):
+    cfg, case = built
+    case_dir = cfg.case_dir(case)
+    actual = np.load(case_dir / "actual.npy")
+    expected = actual.copy()
+    expected.flat[1] = bad
+    check = compare("vs onnxruntime", expected, actual, np.full(actual.shape, 1e-3))
+    assert not check.passed and check.mismatches == 1
+    # repro.sh on the same data: the same verdict; on the module's own output as expected: a pass
+    argument = json.loads((case_dir / "check.json").read_text())["input"]
+    for data, verdict in ((expected, 1), (actual, 0)):
+        write_check(case_dir, data, "approximate", 1e-3, 0.0, argument)
+        repro = write_repro(case, cfg, cfg.model_dir(case), case_dir)
+        run = subprocess.run(["bash", str(repro)], capture_output=True, text=True, timeout=300)
+        assert (run.returncode != 0) == bool(verdict), run.stdout[-2000:] + run.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_an_exception_in_our_verify_code_is_a_harness_error_even_when_listed(built, monkeypatch):
+    """Listed at verify with exactly the signature the exception would give: still not expected."""
+    cfg, case = built
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("injected bug in the checks")
+
+    monkeypatch.setattr(verify_module, "comparisons", broken)
+    listed = Case(TINY, "onnx", "f32",
+                  expected=Expectation(case.name, "verify", "verify: ZeroDivisionError: injected bug in the checks"))
+    message = stages.verify(listed, cfg)
+    result = read_result(cfg.case_dir(case))
+    assert (result["status"], result["stage"]) == ("harness", "verify")
+    assert message.startswith(f"{case.key}: HARNESS ERROR at verify") and "ZeroDivisionError" in message
+    assert "ZeroDivisionError" in (cfg.case_dir(case) / "verify.log").read_text()  # the traceback is kept
