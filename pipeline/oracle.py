@@ -203,7 +203,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     if converted:
         held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)
         out["bf16"] = bf16_operands_reference(case, held, x)
-    if bias_free and (converted or case.flavor == "bf16"):
+    if bias_free:
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
     if requantize and case.flavor == "w8i8":
         out["accumulators"] = accumulators(case, weights, x)

@@ -132,6 +132,13 @@ def int8_allowance(entries: list[dict]) -> dict:
     return {"checked": len(used), "cases": sum(u > 0 for u in used), "elements": sum(used)}
 
 
+def bias_step(entries: list[dict]) -> dict:
+    """How many cases the separate bias step applied to, and how many passing ones needed it."""
+    notes = [(e.get("notes") or {}).get("separate_bias_step") for e in entries]
+    return {"applies": sum(n is not None for n in notes),
+            "needed_by_passing": sum(n == "needed" and e["status"] in (PASS, XPASS) for n, e in zip(notes, entries))}
+
+
 def refusal_summary(refused: list) -> list[str]:
     """Lines on the cases not generated, grouped by reason (cases.Refused entries)."""
     if not refused:
@@ -181,6 +188,10 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if harness:
         parts.append(f"HARNESS ERRORS: {len(harness)} cases failed in conv-sweep itself (never expected), e.g. "
                      f"{harness[0]['case']}: {harness[0]['reason'][:160]}")
+    step = bias_step(entries)
+    if step["applies"]:
+        parts.append(f"separate bf16 bias step (padded space-to-depth rewrite): applies to {step['applies']} cases, "
+                     f"needed by {step['needed_by_passing']} passing ones")
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         listed = "".join(f"\n      listed as: {sig[:160]}" for sig in b.get("listed_as", []))
         parts.append(f"[{b['count']}] {b['signature'][:160]}{listed}\n      e.g. {', '.join(b['examples'])}")
@@ -233,7 +244,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     groups = buckets(entries)
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
-                "int8_allowance": int8_allowance(entries),
+                "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),
                 "stage_seconds": stage_totals(entries),
                 "performance": by_flavor(entries),
                 "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}

@@ -25,7 +25,7 @@ DEFAULT_TARGET = "llvm-cpu"
 MLIR_FORMS = ("text", "bytecode")  # text MLIR as IREE 3.13 prints it, or the importer's bytecode
 IO_MODES = ("npy", "bin")  # .npy files where the dtype allows (bf16 always as raw bytes), or always raw
 INT8_ROUNDING = ("tflite", "single-round")  # see tolerance.py
-BF16_BIAS_ADD = ("fused", "separate")  # see tolerance.py
+BF16_BIAS_ADD = ("fused", "padded-space-to-depth")  # see tolerance.py
 TOOLCHAINS = ("torq",)
 
 
@@ -49,7 +49,7 @@ class Profile:
     expected_output: bool = True  # its run tool's --expected_output takes approximate checks (repro.sh)
     int8_rounding: str = "tflite"  # how its int8 requantization rounds
     converts_weights: bool = False  # running an f32 model in bf16, its compiler rounds weights and bias too
-    bf16_bias_add: str = "fused"  # "separate": the bias-free sum may be rounded to bf16 before the bias is added
+    bf16_bias_add: str = "fused"  # "padded-space-to-depth": where, the bias-free sum is rounded to bf16 before the bias is added
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)

@@ -51,11 +51,20 @@ f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
         tol = ulp_bf16(|e|) + LAMBDA * sigma_conv + u_bf16 * b + f32 term.
     Too loose to see one flipped weight at large K: the tight check is there for that.
 
-A target that adds the bias in a separate bf16 step (profile bf16_bias_add = "separate":
-torq-compile does so when it rewrites a strided conv as a stride-1 conv over a space-to-depth
-input) rounds the bias-free sum S to bf16 before adding the bias: y = bf16(bf16(S) + b),
-so its bf16 checks allow half a bf16 step of S on top:  + ulp_bf16(|S|) / 2.  Where S and b
-nearly cancel, that step is far larger than one step of the output.
+A target that adds the bias in a separate bf16 step rounds the bias-free sum S to bf16 before
+adding the bias: y = bf16(bf16(S) + b), so its bf16 checks allow half a bf16 step of S on top:
++ ulp_bf16(|S|) / 2.  Where S and b nearly cancel, that step is far larger than one step of the
+output.  torq-compile 2.3.0 does so in one case only (profile bf16_bias_add =
+"padded-space-to-depth"; read in its source and checked element by element on its simulator):
+an f32 model it converts to bf16 (--torq-convert-dtypes), whose conv is a Conv2D with one group
+and no dilation outside the hardware's native range (a kernel side above 7, a stride above 2,
+or unequal strides), which torq rewrites as a stride-1 conv over a space-to-depth input; and
+only where that rewrite pads the input: on an axis of stride s > 1, input X (with padding) and
+kernel k, when X mod s != 0 and (k mod s == 0 or X mod s < k mod s).  The padded conv's output
+is then cropped between the conv (run with a zero bias) and a separate bf16 add of the bias.
+Everywhere else the bias is fused into the f32 accumulation: native bf16 models, Conv1D (an
+ONNX conv_1d; a TFLite Conv1D is a Conv2D of height 1), stride-2 convs with kernels up to 7,
+unpadded rewrites.
 
 w8i8 on a target whose requantization rounds once (profile int8_rounding = "single-round").
 TFLite's reference kernels requantize acc * M / 2**S (M a 31-bit multiplier) in two
@@ -137,6 +146,23 @@ def converted_tolerance(expected: np.ndarray, k: int, t: float, b: float, implem
 def separate_bias_term(bias_free: np.ndarray) -> np.ndarray:
     """Half a bf16 step of the bias-free sum, rounded before a separate bias add."""
     return bf16_ulp(bias_free) / 2.0
+
+
+def padded_space_to_depth(geometry, backend: str) -> bool:
+    """Whether torq-compile rewrites this conv as a stride-1 conv over a padded space-to-depth
+    input, which adds the bias separately (see the module docstring)."""
+    g = geometry
+    if (g.rank == 1 and backend == "onnx") or g.groups != 1 or any(d != 1 for d in g.dhw):
+        return False
+    (kh, kw), (sh, sw) = g.khw if g.rank == 2 else (1, g.kernel[0]), g.shw
+    if kh <= 7 and kw <= 7 and sh <= 2 and sw <= 2 and sh == sw:
+        return False  # within the hardware's range: no rewrite
+    pads = g.pads if g.rank == 2 else ((0, 0), *g.pads)
+    for n, (before, after), k, s in zip(g.hw, pads, (kh, kw), (sh, sw)):
+        x = n + before + after
+        if s > 1 and x % s != 0 and (k % s == 0 or x % s < k % s):
+            return True
+    return False
 
 
 def quantized_multipliers(multipliers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from pipeline import tolerance
 from pipeline.data import BIAS_RANGE, conv_weights
@@ -102,6 +103,27 @@ def test_requantized_against_scalar_models_of_both_roundings():
         got_double, got_single = tolerance.requantized(acc, multipliers, -1, zp)
         assert (got_double == np.clip(double + zp, -128, 127)).all()
         assert (got_single == np.clip(single + zp, -128, 127)).all()
+
+
+@pytest.mark.parametrize("hw, k, s, backend, padded", [
+    ((13, 13), (3, 3), (3, 3), "onnx", True), ((14, 14), (3, 3), (3, 3), "onnx", True),
+    ((12, 12), (3, 3), (3, 3), "onnx", False), ((18, 18), (4, 4), (4, 4), "onnx", True),
+    ((16, 16), (4, 4), (4, 4), "onnx", False), ((17, 17), (8, 8), (2, 2), "onnx", True),
+    ((16, 16), (8, 8), (2, 2), "onnx", False), ((12, 13), (2, 2), (1, 2), "onnx", True),
+    ((12, 12), (2, 2), (1, 2), "onnx", False), ((13, 13), (3, 3), (2, 2), "onnx", False),  # native range
+    ((10, 9), (3, 3), (1, 1), "onnx", False),  # stride 1
+])
+def test_padded_space_to_depth_as_seen_on_the_torq_simulator(hw, k, s, backend, padded):
+    """Where torq-compile 2.3.0 adds the bias in a separate bf16 step: each geometry here was
+    checked element by element on its simulator (both roundings, an f32 ONNX model)."""
+    assert tolerance.padded_space_to_depth(Geometry(2, hw, k, s, 4, 8), backend) is padded
+
+
+def test_padded_space_to_depth_never_for_onnx_conv1d_grouped_or_dilated():
+    assert not tolerance.padded_space_to_depth(Geometry(1, (100,), (3,), (3,), 4, 8), "onnx")
+    assert tolerance.padded_space_to_depth(Geometry(1, (100,), (3,), (3,), 4, 8), "tflite")  # a Conv2D of height 1
+    assert not tolerance.padded_space_to_depth(Geometry(2, (13, 13), (3, 3), (3, 3), 4, 8, groups=2), "onnx")
+    assert not tolerance.padded_space_to_depth(Geometry(2, (13, 13), (3, 3), (3, 3), 4, 8, dilation=(2, 2)), "onnx")
 
 
 def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():

@@ -13,7 +13,7 @@ from pipeline.compare import compare
 from pipeline.config import Config
 from pipeline.expected import Expectation
 from pipeline.geometry import Geometry
-from pipeline.oracle import ModelWeights
+from pipeline.oracle import ModelWeights, onnx_weights
 from pipeline.repro import write_check, write_repro
 from pipeline.result import read_result
 from pipeline.targets import load_profiles
@@ -131,3 +131,23 @@ def test_an_exception_in_our_verify_code_is_a_harness_error_even_when_listed(bui
     assert (result["status"], result["stage"]) == ("harness", "verify")
     assert message.startswith(f"{case.key}: HARNESS ERROR at verify") and "ZeroDivisionError" in message
     assert "ZeroDivisionError" in (cfg.case_dir(case) / "verify.log").read_text()  # the traceback is kept
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("geometry, separate", [
+    (Geometry(2, (10, 9), (3, 3), (1, 1), 64, 8), False),  # stride 1: torq fuses the bias, no step allowed
+    (Geometry(2, (13, 13), (3, 3), (3, 3), 8, 8), True),  # rewritten over a padded space-to-depth input
+])
+def test_torq_separate_bias_step_only_where_torq_adds_the_bias_separately(tmp_path, geometry, separate):
+    """An ONNX f32 conv with a non-zero bias, converted to bf16 by torq-compile and run on its
+    simulator: it passes, with the half bf16 step of the bias-free sum allowed only where the
+    padded space-to-depth rewrite adds the bias in bf16 after the conv."""
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
+    case = Case(geometry, "onnx", "f32", target="torq")
+    assert tolerance.padded_space_to_depth(geometry, "onnx") is separate
+    assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None and stages.vmfb(case, cfg) is None
+    assert stages.verify(case, cfg) is None
+    result = read_result(cfg.case_dir(case))
+    assert result["status"] == "pass" and result["notes"]["converted"], result["reason"]
+    assert ("separate_bias_step" in result["notes"]) is separate
+    assert np.abs(onnx_weights(cfg.model_dir(case) / "model.onnx").bias).min() > 0  # the bias path is exercised
