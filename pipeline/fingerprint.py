@@ -23,12 +23,26 @@ STAGE_INPUTS = {
               ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
     "mlir": (("importer", "tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
     "vmfb": (("compiler", "tools"), ("iree-base-compiler",)),
-    # verify gives the verdict: everything that can change one (checks, tolerances, the judging
-    # against the expected failures, the stage wrapper, the case and geometry definitions)
+    # verify gives the verdict: every module it reaches that can change one (checks, tolerances,
+    # the judging against the expected failures, the stage wrapper, the case and geometry
+    # definitions, repro.sh's commands); tests/test_fingerprint.py holds it to that
     "verify": (("verify", "oracle", "tolerance", "compare", "reference", "runner", "signature", "data", "result",
                 "repro", "tools", "stages", "expected", "verdict", "bucket", "geometry", "cases", "compiler",
-                "isolate", "errors", "perf", "targets", "executables"),
+                "isolate", "errors", "perf", "targets", "executables", "frontends", "importer"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
+}
+
+
+# Modules the verify stage reaches that cannot change a verdict: they resolve the configuration
+# (its values, such as the expected failures and the profile, are in the key as data), run the
+# engine, or install tools (whose identities are in the key).
+VERIFY_KEY_EXEMPT = {
+    "config": "resolves the environment into a Config; the values that matter are in the key",
+    "cluster": "runs the same stage functions on a Dask worker",
+    "shard": "picks which cases a run takes",
+    "sweep": "samples the geometries: which cases exist, not their verdicts",
+    "fingerprint": "computes these keys",
+    "toolchain": "installs the Torq tools, whose identities are in the key",
 }
 
 

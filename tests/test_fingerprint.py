@@ -1,0 +1,45 @@
+"""What identifies a stage's inputs: the verify key covers every module that can change a
+verdict, and a tool without --version is never identified by its error message."""
+import ast
+from pathlib import Path
+
+from pipeline.fingerprint import STAGE_INPUTS, VERIFY_KEY_EXEMPT, describe_identity, executable_identity
+from pipeline.executables import tool_path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pipeline"
+
+
+def _imports(module: str) -> set[str]:
+    """The package's modules `module` imports, at the top or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse((PACKAGE / f"{module}.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return found
+
+
+def test_the_verify_key_covers_every_module_a_verdict_reaches():
+    reached, stack = set(), ["stages", "verify", "verdict", "oracle"]
+    while stack:
+        module = stack.pop()
+        if module not in reached:
+            reached.add(module)
+            stack += sorted(_imports(module))
+    keyed = set(STAGE_INPUTS["verify"][0])
+    assert {"stages", "expected", "verdict", "bucket", "geometry", "cases"} <= keyed
+    assert reached - keyed == set(VERIFY_KEY_EXEMPT), "a module the verdict reaches is neither keyed nor exempt"
+
+
+def test_a_tool_without_version_is_identified_by_package_and_digest(tmp_path):
+    runner = tool_path("iree-run-module")  # answers --version with a flag error
+    identity = executable_identity(runner, tmp_path)
+    assert identity["version"] is None
+    assert identity["package"].startswith("iree-base-runtime ") and len(identity["sha256"]) == 64
+    line = describe_identity(identity)
+    assert "iree-base-runtime" in line and "FLAGS" not in line and "\x1b" not in line
+    assert executable_identity(runner, tmp_path) == identity  # kept: asked once per identity
+
+
+def test_a_tool_with_version_is_identified_by_it(tmp_path):
+    identity = executable_identity(tool_path("iree-compile"), tmp_path)
+    assert "IREE" in identity["version"] and "sha256" not in identity
