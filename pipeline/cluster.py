@@ -80,7 +80,8 @@ def identity(cfg) -> dict:
     """What a worker must share with the driver: the project's code and data files, Python,
     the stage libraries' versions, and each selected target's tools (size and --version) and
     toolchain."""
-    from .fingerprint import STAGE_INPUTS, ask_version, dist_version, sha256
+    from .fingerprint import STAGE_INPUTS, ask_version, dist_version
+    from .integrity import sha256
     from .targets import toolchain_identity
 
     package = Path(__file__).parent

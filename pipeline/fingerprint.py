@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .executables import cannot_start
+from .integrity import sha256
 from .tools import write_text
 
 PACKAGE_DIR = Path(__file__).parent
@@ -137,10 +138,3 @@ def _package_of(path: str) -> str | None:
             return f"{dist.metadata['Name']} {dist.version}"
     return None
 
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

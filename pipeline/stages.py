@@ -1,11 +1,14 @@
 """One entry point per stage, as the task runner calls them: build the stage's output, record
-its duration, and turn any failure into result.json, classified against the expected-failures
-list of each target.
+its duration, and turn any failure into the case's outcome in result.json. The verify task of
+every case judges its outcome against the target's expected-failures list (pipeline/verdict.py):
+a build task (model, mlir, vmfb) only records a failure at the stage its case is listed at, and
+leaves the verdict to it.
 
 The model and import stages are shared by every target (they take the cases of one model on
 all selected targets, and write into the model's folder); compile and verify take one case on
-its target. Each returns None on success (or an expected failure) or a one-line failure
-message per case, ending with the case's repro.sh. Nothing here imports doit.
+its target. Each returns None on success (or a failure its verify task will judge) or a
+one-line failure message per case, ending with the case's repro.sh. An exception raised by
+this package's own code is a harness error, never expected. Nothing here imports doit.
 """
 from __future__ import annotations
 
