@@ -151,3 +151,27 @@ def test_torq_separate_bias_step_only_where_torq_adds_the_bias_separately(tmp_pa
     assert result["status"] == "pass" and result["notes"]["converted"], result["reason"]
     assert ("separate_bias_step" in result["notes"]) is separate
     assert np.abs(onnx_weights(cfg.model_dir(case) / "model.onnx").bias).min() > 0  # the bias path is exercised
+
+
+@pytest.mark.slow
+def test_torq_w8i8_one_lsb_off_where_the_two_roundings_agree_fails(tmp_path):
+    """A real w8i8 conv on the torq simulator passes bit-exactly against the single-round model;
+    its own output with one element moved by one LSB, where the two roundings agree, fails."""
+    from pipeline.oracle import evaluate
+
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
+    case = Case(Geometry(2, (12, 10), (3, 3), (1, 1), 16, 8), "tflite", "w8i8", target="torq")
+    assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None and stages.vmfb(case, cfg) is None
+    assert stages.verify(case, cfg) is None
+    result = read_result(cfg.case_dir(case))
+    assert result["status"] == "pass" and "single-round value" in next(iter(result["metrics"]))
+    x = np.load(cfg.model_dir(case) / "input.npy")
+    refs = evaluate(case, cfg.model_dir(case) / "model.tflite", x, requantize=True)
+    actual = np.load(cfg.case_dir(case) / "actual.npy")
+    single, ties = single_round_expected(case, refs["weights"], refs)
+    assert (actual == single).all()
+    agree = np.flatnonzero((single == refs["expected"]).ravel() & (single.ravel() < 127))[0]
+    off = actual.copy()
+    off.flat[agree] += 1
+    [check] = comparisons(case, refs["weights"], x, refs, off, PROFILES["torq"])
+    assert not check.passed and check.mismatches == 1 and check.lsb_histogram["1"] == 1
