@@ -29,6 +29,7 @@ class ModelWeights:
     weight_scales: tuple = ()  # per output channel, when the kernel is stored as int8
     kernel_int: np.ndarray | None = None  # w8i8: the stored int8 kernel, (c_out, c_in, *kernel)
     bias_int: np.ndarray | None = None  # w8i8: the stored int32 bias
+    requantized_once: bool = True  # the conv (with its bias) is the whole model: one int8 requantization
 
 
 CONV_OPS = {"CONV_2D": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2)}  # op -> filter axes to (O, I/g, KH, KW)
@@ -95,11 +96,15 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
             raise ValueError(f"{model}: output for a zero input is not one bias per channel")
         bias = offsets[0]
     integer = inputs["dtype"] == np.int8
+    # the converter may add the bias in a separate ADD (a Conv1D with one output channel): in an
+    # int8 model that is a second requantization, after the conv's own
+    others = {op["op_name"] for op in interpreter._get_ops_details()} - set(CONV_OPS) - {"RESHAPE"}
     return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
                         float(inputs["quantization"][0]), float(outputs["quantization"][0]),
                         int(inputs["quantization"][1]), int(outputs["quantization"][1]), scales if quantized else (),
                         kernel_int if integer else None,
-                        interpreter.get_tensor(bias_index).astype(np.int64) if integer else None)
+                        interpreter.get_tensor(bias_index).astype(np.int64) if integer else None,
+                        requantized_once=not others)
 
 
 def onnx_weights(model: Path) -> ModelWeights:
@@ -194,7 +199,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     bf16-operands reference ("bf16"), with the weights and bias rounded to bf16 too where the
     compiler does (`round_weights`); for a target that adds the bias separately in bf16
     (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
-    target (`requantize`), every output's int32 accumulator ("accumulators")."""
+    target (`requantize`) whose model requantizes once, every output's int32 accumulator ("accumulators")."""
     weights = model_weights(case, model)
     out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
@@ -205,6 +210,6 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
         out["bf16"] = bf16_operands_reference(case, held, x)
     if bias_free:
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
-    if requantize and case.flavor == "w8i8":
+    if requantize and case.flavor == "w8i8" and weights.requantized_once:
         out["accumulators"] = accumulators(case, weights, x)
     return out

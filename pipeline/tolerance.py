@@ -76,7 +76,9 @@ r = acc M / 2**S lies within 2**(30 - S) output LSBs below a .5 tie in magnitude
 roundings are computed exactly, in integers, from each output's int32 accumulator, then the
 output zero point added and the result clamped to [-128, 127], as both implementations do.
 The check is bit-exact everywhere: where the two models agree, the TFLite reference kernels'
-value; where they differ, the single-round value (not either neighbour).  The report counts
+value; where they differ, the single-round value (not either neighbour).  A model that
+requantizes twice (the converter puts a Conv1D's bias with one output channel in a separate
+int8 ADD) has no single-round model here: it is checked bit-exactly against TFLite's output.  The report counts
 the elements and cases where the single-round value was the one required.
 """
 from __future__ import annotations

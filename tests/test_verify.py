@@ -175,3 +175,19 @@ def test_torq_w8i8_one_lsb_off_where_the_two_roundings_agree_fails(tmp_path):
     off.flat[agree] += 1
     [check] = comparisons(case, refs["weights"], x, refs, off, PROFILES["torq"])
     assert not check.passed and check.mismatches == 1 and check.lsb_histogram["1"] == 1
+
+
+@pytest.mark.slow
+def test_torq_w8i8_with_a_separate_bias_add_is_bit_exact_against_tflite(tmp_path):
+    """A TFLite Conv1D with one output channel adds its bias in a separate int8 ADD (two
+    requantizations): no single-round model applies, so the check is TFLite's output, bit-exact."""
+    from pipeline.oracle import tflite_weights
+
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
+    case = Case(Geometry(1, (32,), (5,), (1,), 1, 1), "tflite", "w8i8", target="torq")
+    assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None and stages.vmfb(case, cfg) is None
+    assert not tflite_weights(case, cfg.model_dir(case) / "model.tflite").requantized_once
+    stages.verify(case, cfg)
+    result = read_result(cfg.case_dir(case))
+    assert result["status"] in ("pass", "fail") and list(result["metrics"]) == ["vs TFLite reference kernels (bit-exact)"]
+    assert "int8_allowance_used" not in result["notes"] and "separate ADD" in result["notes"]["single_round_model"]
