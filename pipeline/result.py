@@ -41,6 +41,11 @@ class Result:
         return cls(case.name, case.backend, case.flavor, case.category, case.geometry.to_dict(), status,
                    compile_only=case.compile_only, target=case.target, **kwargs)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Result":
+        """A Result from its result.json (as read_result gives it)."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
     def write(self, case_dir: Path) -> None:
         write_text(Path(case_dir) / RESULT_FILE, json.dumps(_finite(asdict(self)), indent=1) + "\n")
 

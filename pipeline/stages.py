@@ -20,8 +20,10 @@ from .cases import Case
 from .config import Config
 from .errors import StageError
 from .expected import TASK_OF_STAGE
-from .result import ERROR, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
-from .verdict import judge, message
+from .result import ERROR, FAIL, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
+from .verdict import judge, message, outcome
+
+FAILURES = (ERROR, FAIL, HARNESS)  # outcomes a build task records
 
 MLIR, VMFB = "model.mlir", "model.vmfb"
 
@@ -56,8 +58,6 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
     repros = {}
     for case in cases:
         cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
-        if task != "verify":  # the verdict is recomputed downstream
-            (cfg.case_dir(case) / RESULT_FILE).unlink(missing_ok=True)
         repros[case.key] = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
     log = work_dir / f"{stage}.log"
 
@@ -82,6 +82,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
         return failed(HARNESS, stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
     if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
         record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
+        for case in cases:  # a failure this task recorded before is gone (other results stay: an
+            _forget_failure(case, cfg, task)  # identical rebuild must not re-run verify)
         return None
     write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
     return _record(first, cfg, outcome, repros[first.key], judge_now=True)
@@ -99,6 +101,14 @@ def _record(case: Case, cfg: Config, result: Result, repro: Path, judge_now: boo
     return message(case, result, repro)
 
 
+def _forget_failure(case: Case, cfg: Config, task: str) -> None:
+    """Remove the case's result.json where it holds a failure at one of `task`'s stages."""
+    previous = read_result(cfg.case_dir(case))
+    if previous and TASK_OF_STAGE.get(previous.get("stage")) == task and \
+            outcome(Result.from_dict(previous)) in FAILURES:
+        (cfg.case_dir(case) / RESULT_FILE).unlink(missing_ok=True)
+
+
 def judge_recorded(case: Case, cfg: Config) -> str | None:
     """The verify task of a case listed to fail before verify (at model, import or compile):
     judge what that stage recorded. No recorded failure means the stage passed: xpass."""
@@ -109,7 +119,7 @@ def judge_recorded(case: Case, cfg: Config) -> str | None:
     repro = write_repro(case, cfg, cfg.model_dir(case), case_dir)
     recorded = read_result(case_dir)
     if recorded:
-        result = Result(**{k: v for k, v in recorded.items() if k in Result.__dataclass_fields__})
+        result = Result.from_dict(recorded)
     else:
         result = Result.for_case(case, PASS, stages=read_all_stages(cfg.model_dir(case), case_dir))
     return _record(case, cfg, result, repro, judge_now=True)
