@@ -43,6 +43,7 @@ VERIFY_KEY_EXEMPT = {
     "shard": "picks which cases a run takes",
     "sweep": "samples the geometries: which cases exist, not their verdicts",
     "fingerprint": "computes these keys",
+    "integrity": "digests files, for these keys and for the task runner's output records",
     "toolchain": "installs the Torq tools, whose identities are in the key",
 }
 
