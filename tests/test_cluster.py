@@ -76,6 +76,8 @@ def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
     for name, result in found.items():
         variant = f"{result['backend']}_{result['flavor']}"
         if result["category"] == "small1d" and variant in bad:
+            if variant != "onnx_f32" and result["status"] == "harness" and "Dask" in result["reason"]:
+                continue  # its task was on the worker the onnx_f32 compile killed: lost with it
             # a lost worker is a failure of the harness, not of the compiler
             status = "harness" if variant == "onnx_f32" else "error"
             assert (result["status"], result["stage"]) == (status, "compile"), name
