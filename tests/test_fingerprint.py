@@ -43,3 +43,14 @@ def test_a_tool_without_version_is_identified_by_package_and_digest(tmp_path):
 def test_a_tool_with_version_is_identified_by_it(tmp_path):
     identity = executable_identity(tool_path("iree-compile"), tmp_path)
     assert "IREE" in identity["version"] and "sha256" not in identity
+
+
+def test_code_text_follows_the_code_not_its_imports_or_prose(tmp_path):
+    from pipeline.fingerprint import code_text
+
+    one, two, three = tmp_path / "one.py", tmp_path / "two.py", tmp_path / "three.py"
+    one.write_text('"""Doc."""\nfrom .errors import X\n\ndef f(a):\n    """Say."""\n    return a + 1  # note\n')
+    two.write_text('"""Other doc."""\nfrom ..core.errors import X\n\n\ndef f(a):\n    return a + 1\n')
+    three.write_text('from .errors import X\n\ndef f(a):\n    return a + 2\n')
+    assert code_text(one) == code_text(two)  # moved and reworded: the same code
+    assert code_text(one) != code_text(three)  # the code changed
