@@ -19,9 +19,9 @@ Knobs (all optional):
   CONV_SWEEP_ARTIFACTS      with a scheduler: auto (default: detected), shared or shipped
   CONV_SWEEP_SHARD          i/N: only shard i of N of the cases, balanced by estimated cost
   CONV_SWEEP_BENCHMARK      1: time every passing case's module with the target's benchmark tool
-                            (iree-benchmark-module on llvm-cpu and vmvx; see pipeline/perf.py)
+                            (iree-benchmark-module on llvm-cpu and vmvx; see pipeline/targets/perf.py)
   CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
-                            target's name (default pipeline/expected_failures/<target>.json)
+                            target's name (default pipeline/space/expected_failures/<target>.json)
 """
 from __future__ import annotations
 
@@ -31,15 +31,51 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import expected
-from .cases import Case, Refused, make_cases, parse_variants, refused
-from .cluster import Scheduler, parse_artifacts, parse_scheduler
-from .errors import ConfigError
-from .executables import resolve
-from .sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
-from .targets import Profile, installed_toolchain, load_profiles, resolve_tool, select
+from pipeline.space import expected
+from pipeline.space.cases import Case, Refused, make_cases, parse_variants, refused
+from pipeline.core.chain import MLIR, MLIR_BYTECODE
+from pipeline.core.errors import ConfigError
+from pipeline.core.executables import resolve
+from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
+from pipeline.targets.profiles import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 600.0
+SHARED, SHIPPED = "shared", "shipped"  # how Dask workers reach the build folder
+ARTIFACT_MODES = ("auto", SHARED, SHIPPED)
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Where the stages run: an existing scheduler, or a LocalCluster started for the run."""
+
+    address: str | None  # tcp://host:port; None for a local cluster
+    local_workers: int = 0  # local:N
+
+    @property
+    def slots(self) -> int:
+        """doit's thread slots: one per local worker (an existing cluster: set `doit -n`)."""
+        return self.local_workers or 4
+
+
+def parse_scheduler(text: str | None) -> Scheduler | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    if text.startswith("local:"):
+        count = text[len("local:"):]
+        if not count.isdigit() or int(count) < 1:
+            raise ConfigError("CONV_SWEEP_SCHEDULER", text, "local:N needs N >= 1 worker processes")
+        return Scheduler(None, int(count))
+    if text.startswith(("tcp://", "tls://")) and len(text) > len("tcp://"):
+        return Scheduler(text)
+    raise ConfigError("CONV_SWEEP_SCHEDULER", text, "must be local:N or a scheduler address tcp://host:port")
+
+
+def parse_artifacts(text: str | None) -> str:
+    text = (text or "").strip() or "auto"
+    if text not in ARTIFACT_MODES:
+        raise ConfigError("CONV_SWEEP_ARTIFACTS", text, f"must be one of {', '.join(ARTIFACT_MODES)}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -119,7 +155,7 @@ class Config:
         if pattern and len(profiles) > 1 and "{target}" not in pattern:
             raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", pattern,
                               "must contain {target} when several targets are selected (failures differ by target)")
-        from .toolchain import root_from_env
+        from pipeline.targets.toolchain import root_from_env
 
         toolchain_root = root_from_env(env)
         targets = []
@@ -135,7 +171,7 @@ class Config:
                 resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
-        from . import shard
+        from pipeline.space import shard
 
         part = shard.parse(env.get("CONV_SWEEP_SHARD"))
         benchmark = env.get("CONV_SWEEP_BENCHMARK", "").strip() or "0"
@@ -151,7 +187,7 @@ class Config:
         return self.spec.sample(self.n)
 
     def cases(self) -> list[Case]:
-        from .shard import select
+        from pipeline.space.shard import select
 
         cases = []
         for target in self.targets:
@@ -166,6 +202,13 @@ class Config:
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)
 
+    def mlir_input(self, case: Case) -> str:
+        """The MLIR file the case's target compiler reads: the bytecode where the profile asks for
+        it and the importer wrote one (TFLite), else the text."""
+        if case.backend == "tflite" and self.target(case.target).profile.mlir == "bytecode":
+            return MLIR_BYTECODE
+        return MLIR
+
     def model_dir(self, case: Case) -> Path:
         """The case's target-independent artifacts: model file, MLIR, input."""
         return self.build_dir / "cases" / case.name
@@ -176,19 +219,19 @@ class Config:
 
 
 def _check_writable(build_dir: Path) -> None:
-    """Create the build folder and write a probe file in it, or name the knob that points there."""
-    import tempfile
-
+    """The build folder, or the folder it will be made in, is a writable folder; else the error
+    names the knob. Nothing is created here: the first task (or doit's DB) makes the folder."""
     if "@" in str(build_dir):
         raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
                           "must not contain '@': IREE's run tools read it as a separator in a module's path")
-    try:
-        build_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=build_dir):
-            pass
-    except OSError as err:
+    existing = Path(os.path.abspath(build_dir))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir), f"is not a writable folder ({existing} is a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
-                          f"is not a writable folder ({err.strerror})") from None
+                          f"is not a writable folder (no permission to write in {existing})")
 
 
 def _parse_int(env, name: str, default: int, minimum: int) -> int:

@@ -5,6 +5,8 @@ import stat
 
 import pytest
 
+from pipeline.core.chain import TASKS
+
 from helpers import by_stage, clean_env, doit, executed, real_compiler, results, tiny_categories, write_categories
 
 pytestmark = pytest.mark.slow
@@ -114,7 +116,7 @@ def test_damaged_artifacts_are_rebuilt_and_cascade_only_if_bytes_differ(sweep):
     assert sweep["run"]() == []
 
 
-STAGES = ["model", "mlir", "vmfb", "verify"]
+STAGES = TASKS
 
 
 def _task(stage, case):

@@ -1,9 +1,9 @@
 import pytest
 
-from pipeline.cases import VARIANTS, Case, make_cases, parse_variants
-from pipeline.errors import ConfigError
-from pipeline.geometry import Geometry
-from pipeline.sweep import SweepSpec
+from pipeline.space.cases import VARIANTS, Case, make_cases, parse_variants
+from pipeline.core.errors import ConfigError
+from pipeline.space.geometry import Geometry
+from pipeline.space.sweep import SweepSpec
 
 G = Geometry(2, (44, 51), (4, 4), (4, 4), 256, 512)
 

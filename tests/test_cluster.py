@@ -107,7 +107,7 @@ def _wait_for_workers(address: str, count: int, timeout: float = 60) -> None:
 
 
 def test_scheduler_and_workers_started_by_hand(tmp_path):
-    """`dask scheduler` and `dask worker --preload pipeline.cluster`, as in the README; then a
+    """`dask scheduler` and `dask worker --preload pipeline.engine.cluster`, as in the README; then a
     worker running a changed copy of the project is refused before any task."""
     dask = str(Path(sys.executable).parent / "dask")
     port = _free_port()
@@ -116,7 +116,7 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
     log = open(tmp_path / "cluster.log", "w")
     procs = [_start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                     {**base, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}, log)]
-    worker = [dask, "worker", address, "--nthreads", "1", "--preload", "pipeline.cluster", "--no-dashboard"]
+    worker = [dask, "worker", address, "--nthreads", "1", "--preload", "pipeline.engine.cluster", "--no-dashboard"]
     try:
         procs.append(_start(worker, base, log))
         env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL[:1]), CONV_SWEEP_N=0,

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.compare import compare
+from pipeline.checks.compare import compare
 
 
 def _outputs(seed=0, shape=(1, 6, 5, 8)):

@@ -3,8 +3,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from pipeline.compiler import PROFILE, check_vmfb, compile_mlir, estimated_time
-from pipeline.errors import StageError
+from pipeline.targets.compiler import PROFILE, check_vmfb, compile_mlir, estimated_time
+from pipeline.core.errors import StageError
 
 
 def test_check_vmfb_rejects_empty_and_invalid(tmp_path):
@@ -36,18 +36,18 @@ def test_torq_profiling_leaves_the_module_unchanged(tmp_path):
     module computes the same output as one compiled without them (its bytes vary by a few from
     any compile to the next, profiling or not), so no second compile is needed."""
     from helpers import clean_env
-    from pipeline import stages
-    from pipeline.cases import Case
+    from pipeline.run import stages
+    from pipeline.space.cases import Case
     from pipeline.config import Config
-    from pipeline.geometry import Geometry
-    from pipeline.runner import run_vmfb
-    from pipeline.signature import read
+    from pipeline.space.geometry import Geometry
+    from pipeline.targets.runner import run_vmfb
+    from pipeline.targets.signature import read
 
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
     target = cfg.targets[0]
     case = Case(Geometry(2, (12, 10), (3, 3), (1, 1), 16, 8), "tflite", "w8i8", target="torq")
     assert stages.model([case], cfg) is None and stages.mlir([case], cfg) is None
-    mlir = cfg.model_dir(case) / stages.mlir_input(case, cfg)
+    mlir = cfg.model_dir(case) / cfg.mlir_input(case)
     outputs, sizes = [], []
     for name, profiling in (("plain", ()), ("profiled", target.profile.profiling)):
         folder = tmp_path / name

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from pipeline.config import Config
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 def test_defaults(tmp_path):

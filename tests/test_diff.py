@@ -6,7 +6,7 @@ import re
 import pytest
 
 from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
-from pipeline.diff import diff
+from pipeline.triage.diff import diff
 from test_dodo import SMALL
 
 WRAPPER = """#!/bin/sh

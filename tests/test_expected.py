@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.expected import Expectation, accept, dump, load, match
+from pipeline.core.errors import ConfigError
+from pipeline.space.expected import Expectation, accept, dump, load, match
 
 COMPILE_BUG = "compile: tool exit status <n>: error: bug <n>"
 

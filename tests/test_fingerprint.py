@@ -3,30 +3,32 @@ verdict, and a tool without --version is never identified by its error message."
 import ast
 from pathlib import Path
 
-from pipeline.fingerprint import STAGE_INPUTS, VERIFY_KEY_EXEMPT, describe_identity, executable_identity
-from pipeline.executables import tool_path
+from pipeline.core.fingerprint import STAGE_INPUTS, VERIFY_KEY_EXEMPT, describe_identity, executable_identity, module_file
+from pipeline.core.executables import tool_path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pipeline"
 
 
 def _imports(module: str) -> set[str]:
-    """The package's modules `module` imports, at the top or inside functions."""
+    """The package's modules `module` ("checks.verify") imports, at the top or inside functions."""
     found = set()
-    for node in ast.walk(ast.parse((PACKAGE / f"{module}.py").read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    for node in ast.walk(ast.parse(module_file(module).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline."):
+            name = node.module.removeprefix("pipeline.")
+            found |= {name} if module_file(name).is_file() else {f"{name}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "pipeline":
+            found |= {a.name for a in node.names}
     return found
 
 
 def test_the_verify_key_covers_every_module_a_verdict_reaches():
-    reached, stack = set(), ["stages", "verify", "verdict", "oracle"]
+    reached, stack = set(), ["run.stages", "checks.verify", "outcome.verdict", "checks.oracle"]
     while stack:
         module = stack.pop()
         if module not in reached:
             reached.add(module)
             stack += sorted(_imports(module))
     keyed = set(STAGE_INPUTS["verify"][0])
-    assert {"stages", "expected", "verdict", "bucket", "geometry", "cases"} <= keyed
+    assert {"run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases"} <= keyed
     assert reached - keyed == set(VERIFY_KEY_EXEMPT), "a module the verdict reaches is neither keyed nor exempt"
 
 
@@ -46,7 +48,7 @@ def test_a_tool_with_version_is_identified_by_it(tmp_path):
 
 
 def test_code_text_follows_the_code_not_its_imports_or_prose(tmp_path):
-    from pipeline.fingerprint import code_text
+    from pipeline.core.fingerprint import code_text
 
     one, two, three = tmp_path / "one.py", tmp_path / "two.py", tmp_path / "three.py"
     one.write_text('"""Doc."""\nfrom .errors import X\n\ndef f(a):\n    """Say."""\n    return a + 1  # note\n')

@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.geometry import Geometry
+from pipeline.core.errors import ConfigError
+from pipeline.space.geometry import Geometry
 
 
 def test_id_conv2d_square_kernel_and_stride():

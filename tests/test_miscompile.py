@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from helpers import clean_env
-from pipeline import stages
-from pipeline.cases import FLAVORS, Case
-from pipeline.compiler import compile_mlir
+from pipeline.run import stages
+from pipeline.space.cases import FLAVORS, Case
+from pipeline.targets.compiler import compile_mlir
 from pipeline.config import Config
-from pipeline.geometry import Geometry
-from pipeline.importer import import_model
-from pipeline.result import read_result
-from pipeline.verify import verify_case
+from pipeline.space.geometry import Geometry
+from pipeline.frontends.importer import import_model
+from pipeline.outcome.result import read_result
+from pipeline.checks.verify import verify_case
 
 LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)
 # torq-compile 2.3.0 does not compile this 9x9, 512-channel conv ('linalg.conv_2d_nchw_fchw' op
@@ -115,7 +115,7 @@ def _check_flip_fails(tmp_path, target, case):
     (flip_tflite_weight if backend == "tflite" else flip_onnx_weight)(model_dir / case.model_file, flipped)
     import_model(case, flipped, work / "model.mlir", timeout=cfg.timeout, log=work / "import.log")
     compiled = cfg.target(target)
-    compile_mlir(work / stages.mlir_input(case, cfg), work / "model.vmfb", compiler=compiled.compiler,
+    compile_mlir(work / cfg.mlir_input(case), work / "model.vmfb", compiler=compiled.compiler,
                  flags=compiled.compile_flags(case.variant), timeout=cfg.timeout, log=work / "compile.log")
     shutil.copy(work / "model.vmfb", case_dir / "model.vmfb")  # the "miscompiled" module
 

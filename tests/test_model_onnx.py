@@ -3,9 +3,9 @@ with onnxruntime against torch (F.pad, then conv) on the same weights."""
 import numpy as np
 import pytest
 
-from pipeline.cases import Case
-from pipeline.data import conv_weights, float_samples, input_shape
-from pipeline.geometry import Geometry
+from pipeline.space.cases import Case
+from pipeline.space.data import conv_weights, float_samples, input_shape
+from pipeline.space.geometry import Geometry
 
 GEOMETRIES = [
     Geometry(2, (13, 10), (4, 3), (2, 3), 3, 5, "same"),  # pads (1, 2) and (1, 1): asymmetric
@@ -25,7 +25,7 @@ def test_onnx_conv_pads_match_torch(geometry):
     import torch
     import torch.nn.functional as F
 
-    from pipeline.model_onnx import export_f32
+    from pipeline.frontends.model_onnx import export_f32
 
     g = geometry.validate()
     case = Case(g, "onnx", "f32")
@@ -50,7 +50,7 @@ def test_onnx_conv_pads_match_torch(geometry):
 def test_bf16_model_keeps_the_single_conv_and_its_pads():
     import onnx
 
-    from pipeline.model_onnx import export_f32, to_bf16
+    from pipeline.frontends.model_onnx import export_f32, to_bf16
 
     g = GEOMETRIES[2]
     model = onnx.load_from_string(to_bf16(export_f32(Case(g, "onnx", "bf16"))))

@@ -6,10 +6,10 @@ import os
 import numpy as np
 import pytest
 
-from pipeline.cases import Case
-from pipeline.data import conv_weights, float_samples, input_shape
-from pipeline.geometry import Geometry
-from pipeline.reference import conv_nchw, to_channels_first, to_channels_last
+from pipeline.space.cases import Case
+from pipeline.space.data import conv_weights, float_samples, input_shape
+from pipeline.space.geometry import Geometry
+from pipeline.checks.reference import conv_nchw, to_channels_first, to_channels_last
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -46,7 +46,7 @@ def test_tflite_model_computes_its_geometry(geometry):
     """f32 model through the TFLite interpreter = float64 conv of the case's weights."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from pipeline.model_tflite import convert
+    from pipeline.frontends.model_tflite import convert
 
     case = Case(geometry, "tflite", "f32")
     interpreter = Interpreter(model_content=convert(case))
@@ -64,8 +64,8 @@ def test_tflite_model_computes_its_geometry(geometry):
 @pytest.mark.parametrize("geometry", EXTENDED[2:4], ids=lambda g: g.id)
 def test_grouped_and_depthwise_weights_read_back_from_every_flavor(tmp_path, geometry):
     """The oracle reads the (dequantized) kernel back from the model file, as (O, I / groups, *K)."""
-    from pipeline.model_tflite import convert
-    from pipeline.oracle import tflite_weights
+    from pipeline.frontends.model_tflite import convert
+    from pipeline.checks.oracle import tflite_weights
 
     kernel, bias = conv_weights(geometry, Case(geometry, "tflite", "f32").weight_seed)
     for flavor in ("f32", "w8if32", "w8i8"):
@@ -86,11 +86,11 @@ def test_the_same_case_converts_to_the_same_bytes(tmp_path):
     import subprocess
     import sys
 
-    script = ("import sys; from pipeline.cases import Case; from pipeline.model_tflite import convert; "
+    script = ("import sys; from pipeline.space.cases import Case; from pipeline.frontends.model_tflite import convert; "
               "from tests_geometry import G; import pathlib\n"
               "for flavor in ('f32', 'w8if32', 'w8i8'):\n"
               "    pathlib.Path(sys.argv[1], flavor).write_bytes(convert(Case(G, 'tflite', flavor)))\n")
-    (tmp_path / "tests_geometry.py").write_text(f"from pipeline.geometry import Geometry\nG = {EXTENDED[3]!r}\n")
+    (tmp_path / "tests_geometry.py").write_text(f"from pipeline.space.geometry import Geometry\nG = {EXTENDED[3]!r}\n")
     for run in ("a", "b"):
         (tmp_path / run).mkdir()
         subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], check=True, cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""Performance per case (pipeline/perf.py): reading the benchmark tool's report, the rule that
+"""Performance per case (pipeline/targets/perf.py): reading the benchmark tool's report, the rule that
 calls a change real only beyond the measured noise, and a failing benchmark tool."""
 import json
 import math
@@ -6,8 +6,9 @@ import math
 import pytest
 
 from helpers import clean_env, doit, results, write_spec
-from pipeline.geometry import Geometry
-from pipeline.perf import RUN_TO_RUN_NOISE, changes, macs, parse_benchmark, run_to_run
+from pipeline.space.geometry import Geometry
+from pipeline.space.geometry import macs
+from pipeline.targets.perf import RUN_TO_RUN_NOISE, changes, parse_benchmark, run_to_run
 
 
 def _run(median, low, high):

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pipeline.geometry import Geometry, same_padding
-from pipeline.reference import conv_nchw
+from pipeline.space.geometry import Geometry, same_padding
+from pipeline.checks.reference import conv_nchw
 
 
 def _grid():
@@ -72,7 +72,7 @@ def test_round_to_bf16_rounds_once_to_nearest_even():
 
     import ml_dtypes
 
-    from pipeline.reference import round_to_bf16
+    from pipeline.checks.reference import round_to_bf16
 
     rng = np.random.default_rng(1)
     base = rng.uniform(-4, 4, 3000).astype(ml_dtypes.bfloat16).astype(np.float64)

@@ -218,7 +218,7 @@ def test_progress_updates_in_place_on_a_terminal(scenario):
 
 
 def test_a_numeric_failure_buckets_by_its_failed_checks():
-    from pipeline.report import signature
+    from pipeline.results.report import signature
 
     check = "vs TFLite reference kernels (bit-exact; 1 LSB at requantization ties)"
     one = {"stage": "verify", "reason": f"{check}: 3 of 1058 elements outside tolerance; max abs error 2, max rel "

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from helpers import clean_env, doit, write_spec
-from pipeline import shard
-from pipeline.cases import make_cases
-from pipeline.errors import ConfigError
-from pipeline.sweep import SweepSpec
+from pipeline.space import shard
+from pipeline.space.cases import make_cases
+from pipeline.core.errors import ConfigError
+from pipeline.space.sweep import SweepSpec
 from test_dodo import SMALL
 
 

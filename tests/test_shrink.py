@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
-from pipeline.geometry import Geometry
-from pipeline.shrink import dimensions, minimum, search, value, with_value
+from pipeline.space.geometry import Geometry
+from pipeline.triage.shrink import dimensions, minimum, search, value, with_value
 
 # Reads the conv's weight shape [C_out, C_in, KH, KW] from the imported ONNX model; fails the
 # way a compiler does when C_in >= 64 and KH >= 3, else runs the real compiler.

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline import signature
+from pipeline.targets import signature
 
 REFLECTION = """Exported Functions:
   [  0] main(!vm.ref<?>) -> (!vm.ref<?>)
@@ -40,9 +40,9 @@ def test_real_modules_with_and_without_reflection(tmp_path):
     imported MLIR gives the signature); one whose entry a wrapper turned to bf16 I/O does."""
     from helpers import BF16_IO_WRAPPER, clean_env, write_wrapper
     from pipeline.config import Config
-    from pipeline.geometry import Geometry
-    from pipeline.cases import Case
-    from pipeline import stages
+    from pipeline.space.geometry import Geometry
+    from pipeline.space.cases import Case
+    from pipeline.run import stages
 
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
     target = cfg.targets[0]
@@ -57,7 +57,7 @@ def test_real_modules_with_and_without_reflection(tmp_path):
     assert sig.source == "mlir" and sig.inputs[0].spec == "1x3x8x8xf32" and sig.outputs[0].spec == "1x4x6x6xf32"
 
     wrapper = write_wrapper(tmp_path / "bf16-io-compile", BF16_IO_WRAPPER, target.compiler)
-    from pipeline.compiler import compile_mlir
+    from pipeline.targets.compiler import compile_mlir
 
     compile_mlir(cfg.model_dir(tflite) / "model.mlir", tmp_path / "bf16.vmfb", compiler=str(wrapper),
                  flags=target.compile_flags(tflite.variant), timeout=120, log=log)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.sweep import DEFAULT_CATEGORIES, Category, SweepSpec, load_spec
+from pipeline.core.errors import ConfigError
+from pipeline.space.sweep import DEFAULT_CATEGORIES, Category, SweepSpec, load_spec
 
 # The first geometry of each default category: the same cases as the suite this replaced.
 FIRST = {
@@ -112,7 +112,7 @@ def _ids_digest(sampled):
 
 
 def test_seed_profile_names_are_unchanged():
-    from pipeline.sweep import PROFILES
+    from pipeline.space.sweep import PROFILES
 
     assert _ids_digest(SweepSpec().sample(50)) == SEED_IDS_SHA256
     assert _ids_digest(SweepSpec(PROFILES["seed"]).sample(50)) == SEED_IDS_SHA256
@@ -121,7 +121,7 @@ def test_seed_profile_names_are_unchanged():
 
 
 def test_extended_profile_is_deterministic_and_raising_n_only_appends():
-    from pipeline.sweep import EXTENDED_CATEGORIES, PROFILES
+    from pipeline.space.sweep import EXTENDED_CATEGORIES, PROFILES
 
     spec = SweepSpec(PROFILES["extended"])
     assert spec.sample(12) == SweepSpec(PROFILES["extended"]).sample(12)
@@ -131,7 +131,7 @@ def test_extended_profile_is_deterministic_and_raising_n_only_appends():
 
 
 def test_extended_categories_cover_every_new_dimension():
-    from pipeline.sweep import EXTENDED_CATEGORIES, LANES
+    from pipeline.space.sweep import EXTENDED_CATEGORIES, LANES
 
     drawn = {c.name: [g.validate() for g in c.sample(50)] for c in EXTENDED_CATEGORIES}
     assert all(g.padding == "same" for g in drawn["psame"]) and any(s > 1 for g in drawn["psame"] for s in g.stride)
@@ -150,8 +150,8 @@ def test_extended_categories_cover_every_new_dimension():
 
 
 def test_frontend_refusals_are_named_before_any_work():
-    from pipeline.cases import make_cases, refused
-    from pipeline.geometry import Geometry
+    from pipeline.space.cases import make_cases, refused
+    from pipeline.space.geometry import Geometry
 
     strided_dilated = Geometry(2, (20, 20), (3, 3), (2, 1), 4, 4, dilation=(1, 2))
     plain = Geometry(2, (20, 20), (3, 3), (2, 1), 4, 4)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.targets import DEFAULT_TARGET, load_profiles, select
+from pipeline.core.errors import ConfigError
+from pipeline.targets.profiles import DEFAULT_TARGET, load_profiles, select
 
 # The compile command llvm-cpu had before targets were profiles: it must stay byte for byte.
 LLVM_CPU_FLAGS = ("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",

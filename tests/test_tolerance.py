@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from pipeline import tolerance
-from pipeline.data import BIAS_RANGE, conv_weights
-from pipeline.geometry import Geometry
+from pipeline.checks import tolerance
+from pipeline.space.data import BIAS_RANGE, conv_weights
+from pipeline.space.geometry import Geometry
 
 LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)  # the largest reduction of the sweep
 
@@ -136,7 +136,7 @@ def test_converted_bound_covers_bf16_rounding_of_the_operands():
     exact conv, at every reduction size of the sweep."""
     import ml_dtypes
 
-    from pipeline.reference import conv_nchw
+    from pipeline.checks.reference import conv_nchw
 
     for geometry in (Geometry(2, (10, 10), (3, 3), (1, 1), 4, 4), Geometry(2, (12, 12), (5, 5), (1, 1), 256, 2)):
         kernel, bias = conv_weights(geometry, 3)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from helpers import DOIT, ROOT, clean_env, doit
-from pipeline import toolchain
+from pipeline.targets import toolchain
 
 pytestmark = pytest.mark.slow
 

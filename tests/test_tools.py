@@ -2,8 +2,8 @@ import time
 
 import pytest
 
-from pipeline.errors import StageError
-from pipeline.tools import atomic_output, run_tool, write_bytes
+from pipeline.core.errors import StageError
+from pipeline.core.tools import atomic_output, run_tool, write_bytes
 
 
 def test_run_tool_logs_command_and_output(tmp_path):

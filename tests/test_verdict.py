@@ -1,12 +1,12 @@
 """The verdict: an expected failure is a claim about one failure, its stage and its bucket."""
 import pytest
 
-from pipeline.bucket import signature
-from pipeline.cases import Case
-from pipeline.expected import Expectation
-from pipeline.geometry import Geometry
-from pipeline.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, Result
-from pipeline.verdict import judge, message, outcome
+from pipeline.outcome.bucket import signature
+from pipeline.space.cases import Case
+from pipeline.space.expected import Expectation
+from pipeline.space.geometry import Geometry
+from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, Result
+from pipeline.outcome.verdict import judge, message, outcome
 
 G = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4)
 LISTED_REASON = "torq-compile exit status 1: <unknown>:0: error: failed to legalize unresolved materialization"

@@ -6,18 +6,20 @@ import numpy as np
 import pytest
 
 from helpers import clean_env
-from pipeline import stages, tolerance
-from pipeline import verify as verify_module
-from pipeline.cases import Case
-from pipeline.compare import compare
+from pipeline.run import stages
+from pipeline.checks import tolerance
+from pipeline.checks import verify as verify_module
+from pipeline.space.cases import Case
+from pipeline.checks.compare import compare
 from pipeline.config import Config
-from pipeline.expected import Expectation
-from pipeline.geometry import Geometry
-from pipeline.oracle import ModelWeights, onnx_weights
-from pipeline.repro import write_check, write_repro
-from pipeline.result import read_result
-from pipeline.targets import load_profiles
-from pipeline.verify import comparisons, single_round_expected
+from pipeline.space.expected import Expectation
+from pipeline.space.geometry import Geometry
+from pipeline.checks.oracle import ModelWeights, onnx_weights
+from pipeline.checks.compare import write_check
+from pipeline.run.repro import write_repro
+from pipeline.outcome.result import read_result
+from pipeline.targets.profiles import load_profiles
+from pipeline.checks.verify import comparisons, single_round_expected
 
 PROFILES = load_profiles()
 G = Geometry(2, (8, 8), (1, 1), (1, 1), 1, 2)  # 1x1 kernel: one accumulator per output
@@ -157,7 +159,7 @@ def test_torq_separate_bias_step_only_where_torq_adds_the_bias_separately(tmp_pa
 def test_torq_w8i8_one_lsb_off_where_the_two_roundings_agree_fails(tmp_path):
     """A real w8i8 conv on the torq simulator passes bit-exactly against the single-round model;
     its own output with one element moved by one LSB, where the two roundings agree, fails."""
-    from pipeline.oracle import evaluate
+    from pipeline.checks.oracle import evaluate
 
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
     case = Case(Geometry(2, (12, 10), (3, 3), (1, 1), 16, 8), "tflite", "w8i8", target="torq")
@@ -181,7 +183,7 @@ def test_torq_w8i8_one_lsb_off_where_the_two_roundings_agree_fails(tmp_path):
 def test_torq_w8i8_with_a_separate_bias_add_is_bit_exact_against_tflite(tmp_path):
     """A TFLite Conv1D with one output channel adds its bias in a separate int8 ADD (two
     requantizations): no single-round model applies, so the check is TFLite's output, bit-exact."""
-    from pipeline.oracle import tflite_weights
+    from pipeline.checks.oracle import tflite_weights
 
     cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="torq"))
     case = Case(Geometry(1, (32,), (5,), (1,), 1, 1), "tflite", "w8i8", target="torq")

@@ -1,0 +1,1 @@
+"""The checks: reference convolution, the backends' oracles, derived tolerances, comparison, verify."""

@@ -1,0 +1,97 @@
+"""Comparing an output with its oracle: shape, then dtype, then values against a tolerance."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.tools import write_bytes, write_text
+from pipeline.targets.signature import ELEMENT_TYPES, TensorType
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of one comparison; `passed` is False as soon as one element is out of bounds."""
+
+    name: str  # what was compared, e.g. "vs tflite interpreter"
+    passed: bool
+    reason: str  # one line: why it failed, or a summary when it passed
+    max_abs_error: float = float("nan")
+    max_rel_error: float = float("nan")
+    mismatches: int = 0  # elements outside the tolerance
+    elements: int = 0
+    worst_index: list[int] = field(default_factory=list)  # of the largest error/tolerance ratio
+    tolerance_at_worst: float = float("nan")
+    max_tolerance: float = float("nan")
+    error_to_tolerance: float = float("nan")  # max |a - e| / tol: < 1 passes (inf if tol is 0)
+    lsb_histogram: dict[str, int] | None = None  # int8: {difference in LSB: count}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> Comparison:
+    """Compare actual with expected; tolerance is an absolute bound, scalar or broadcastable.
+
+    A non-finite value anywhere (expected, actual or tolerance) fails its element: no flavor
+    allows one (the inputs and weights are finite and bounded, and no conv of the sweep comes
+    near the f32 or bf16 range), and a NaN or infinite oracle or bound cannot vouch for anything."""
+    if actual.shape != expected.shape:
+        return Comparison(name, False, f"shape {actual.shape} != expected {expected.shape}")
+    if actual.dtype != expected.dtype:
+        return Comparison(name, False, f"dtype {actual.dtype} != expected {expected.dtype}")
+    e, a = _as_float(expected), _as_float(actual)
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), e.shape)
+    finite = np.isfinite(e) & np.isfinite(a) & np.isfinite(tol)
+    with np.errstate(invalid="ignore"):
+        err = np.where(finite, np.abs(a - e), np.inf)
+    bad = ~finite | (err > tol)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(err == 0, 0.0, err / np.abs(e))
+        ratio = np.where(err == 0, 0.0, err / tol)
+    ratio = np.where(finite, ratio, np.inf)
+    worst = np.unravel_index(int(np.argmax(ratio)), e.shape) if e.size else ()
+    histogram = None
+    if np.issubdtype(expected.dtype, np.integer):
+        diffs, counts = np.unique((a - e).astype(np.int64), return_counts=True)
+        histogram = {str(int(d)): int(c) for d, c in zip(diffs, counts)}
+    mismatches = int(bad.sum())
+    max_abs = float(err.max()) if e.size else 0.0
+    max_rel = float(rel.max()) if e.size else 0.0
+    if mismatches:
+        nonfinite = int((~finite).sum())
+        reason = (f"{name}: {mismatches} of {e.size} elements outside tolerance; "
+                  + (f"{nonfinite} non-finite (expected, actual or tolerance NaN or inf); " if nonfinite else "")
+                  + f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}, worst at {list(map(int, worst))} "
+                  f"(expected {e[worst]:.6g}, got {a[worst]:.6g}, tolerance {tol[worst]:.3g})")
+        if histogram is not None:
+            reason += f"; LSB differences {histogram}"
+    else:
+        reason = f"{name}: max abs error {max_abs:.3g} within tolerance"
+    return Comparison(name, mismatches == 0, reason, max_abs, max_rel, mismatches, int(e.size),
+                      [int(i) for i in worst], float(tol[worst]) if e.size else float("nan"),
+                      float(tol.max()) if e.size else float("nan"),
+                      float(ratio.max()) if e.size else 0.0, histogram)
+
+
+CHECK, EXPECTED_BIN = "check.json", "repro-expected.bin"  # what repro.sh compares with, and how
+
+
+def write_check(case_dir: Path, expected, mode: str, atol: float = 0.0, rtol: float = 0.0,
+                input_arg: str | None = None) -> None:
+    """Save the expected output as raw bytes (run tools read int8 .npy as si8 and bf16 .npy as
+    an opaque type, neither matching the module's i8/bf16), how repro.sh compares (`exact`, or
+    `approximate` with |actual - expected| <= atol + rtol |expected|) and how it passes the input."""
+    element = ELEMENT_TYPES[expected.dtype.name]
+    spec = TensorType(tuple(expected.shape), element).spec
+    nonfinite = not bool(np.isfinite(np.asarray(expected, dtype=np.float64)).all())
+    write_bytes(Path(case_dir) / EXPECTED_BIN, expected.tobytes())
+    write_text(Path(case_dir) / CHECK, json.dumps({"expected": f"{spec}=@{EXPECTED_BIN}", "mode": mode,
+                                                    "atol": atol, "rtol": rtol, "type": element,
+                                                    "input": input_arg, "nonfinite": nonfinite}) + "\n")

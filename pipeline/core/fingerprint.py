@@ -1,0 +1,176 @@
+"""What each stage's output depends on besides its input file: tool versions and the code
+that implements the stage. Feeds the task runner's up-to-date checks.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from pipeline.core.executables import cannot_start
+from pipeline.core.integrity import sha256
+from pipeline.core.tools import write_text
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # pipeline/
+
+# stage -> (modules whose code shapes its output, distributions whose version does)
+STAGE_INPUTS = {
+    "model": (("frontends.model_tflite", "frontends.model_onnx", "space.data", "space.geometry", "space.cases",
+               "core.tools"),
+              ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
+    "mlir": (("frontends.importer", "core.tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
+    "vmfb": (("targets.compiler", "core.tools"), ("iree-base-compiler",)),
+    # verify gives the verdict: every module it reaches that can change one (checks, tolerances,
+    # the judging against the expected failures, the stage wrapper, the case and geometry
+    # definitions, repro.sh's commands); tests/test_fingerprint.py holds it to that
+    "verify": (("checks.verify", "checks.oracle", "checks.tolerance", "checks.compare", "checks.reference",
+                "targets.runner", "targets.signature", "space.data", "outcome.result", "run.repro", "core.tools",
+                "run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases",
+                "targets.compiler", "core.isolate", "core.errors", "targets.perf", "targets.profiles",
+                "core.executables", "space.refusal", "frontends.importer", "core.chain", "frontends.model_tflite",
+                "frontends.model_onnx"),
+               ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
+}
+
+
+# Modules the verify stage reaches that cannot change a verdict: they resolve the configuration
+# (its values, such as the expected failures and the profile, are in the key as data), run the
+# engine, or install tools (whose identities are in the key).
+VERIFY_KEY_EXEMPT = {
+    "config": "resolves the environment into a Config; the values that matter are in the key",
+    "space.shard": "picks which cases a run takes",
+    "space.sweep": "samples the geometries: which cases exist, not their verdicts",
+    "targets.toolchain": "installs the Torq tools, whose identities are in the key",
+}
+
+
+@lru_cache(maxsize=None)
+def dist_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+class _CodeOnly(ast.NodeTransformer):
+    """Drops import statements and docstrings: what is left is the code a stage runs."""
+
+    def visit_Import(self, node):
+        return None
+
+    visit_ImportFrom = visit_Import
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                body.pop(0)
+            if not body and not isinstance(node, ast.Module):
+                body.append(ast.Pass())
+        return node
+
+
+def code_text(path: Path) -> str:
+    """A module's code without its imports, docstrings, comments or layout: moving a module
+    to another folder (which rewrites its imports) or editing its prose leaves it unchanged.
+    What the module imports from this package is keyed on its own (STAGE_INPUTS lists every
+    module a stage reaches; tests/test_fingerprint.py holds the verify key to that)."""
+    return ast.unparse(_CodeOnly().visit(ast.parse(path.read_text())))
+
+
+def module_file(name: str) -> Path:
+    """The file of this package's module `name` ("checks.verify"), found without importing it."""
+    return PACKAGE_DIR.joinpath(*name.split(".")).with_suffix(".py")
+
+
+@lru_cache(maxsize=None)
+def code_digest(modules: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in modules:
+        h.update(code_text(module_file(name)).encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def stage_fingerprint(stage: str) -> dict:
+    modules, dists = STAGE_INPUTS[stage]
+    return {"code": code_digest(modules), "versions": {d: dist_version(d) for d in dists}}
+
+
+def executable_identity(path: str, cache_dir: Path) -> dict:
+    """An executable's identity (resolved path, size, modification time) and what its
+    `--version` prints. A tool with no `--version` (iree-run-module answers it with a flag
+    error) is identified by the version of the package that installed it, where one did, and
+    by its file's SHA-256. Worked out once per identity and kept in cache_dir."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    key = json.dumps(identity, sort_keys=True)
+    cache = Path(cache_dir) / ".tool-versions.json"
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key not in known or not isinstance(known[key], dict):
+        version = ask_version(real)
+        if version is not None and cannot_start(version):  # never kept: the next run asks again
+            return {**identity, "version": version}
+        found = {"version": version} if version is not None else \
+            {"version": None, "package": _package_of(real), "sha256": sha256(real)}
+        known[key] = found
+        write_text(cache, json.dumps(known, indent=1) + "\n")
+    return {**identity, **known[key]}
+
+
+def describe_identity(identity: dict) -> str:
+    """One line for a report: what the tool says its version is, else its package and digest."""
+    if identity.get("version"):
+        lines = [line.strip() for line in identity["version"].splitlines() if line.strip()]
+        return " / ".join(lines[:3])
+    package = identity.get("package") or "no package"
+    return f"no --version; {package}, sha256 {str(identity.get('sha256'))[:16]}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NOT_A_VERSION = ("not recognized", "unknown flag", "unknown option", "unrecognized option", "FLAGS ERROR",
+                  "invalid option")
+
+
+def ask_version(path: str) -> str | None:
+    """What `path --version` prints, or None when that is not a version: a non-zero exit, an
+    error about the flag, no output. A tool that cannot start says so (executables.cannot_start)."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    except OSError as err:
+        return f"cannot start: {err.strerror}"
+    except subprocess.TimeoutExpired:
+        return None
+    text = _ANSI.sub("", proc.stdout + proc.stderr).strip()
+    if cannot_start(text):
+        return text[:2000]
+    if proc.returncode != 0 or not text or any(marker.lower() in text.lower() for marker in _NOT_A_VERSION):
+        return None
+    return text[:2000]
+
+
+def _package_of(path: str) -> str | None:
+    """'name version' of the installed distribution whose files include `path`, if any."""
+    for dist in metadata.distributions():
+        root = Path(dist.locate_file(""))
+        try:
+            relative = Path(path).resolve().relative_to(root.resolve())
+        except ValueError:
+            continue
+        if any(Path(str(f)) == relative for f in dist.files or ()):
+            return f"{dist.metadata['Name']} {dist.version}"
+    return None
+

@@ -1,0 +1,175 @@
+"""Python work that can crash (TensorFlow's converter, the TFLite interpreter, torch,
+onnxruntime) runs in a helper process, never in the task runner's worker: doit's
+multiprocess runner hangs for ever if a worker dies.
+
+Each worker keeps one helper (`python -m pipeline.core.isolate`), so TensorFlow and torch are
+imported once per worker, not once per task. A call that outlives its timeout kills the
+helper; a helper that dies (a segfault, an OOM kill) fails that call with the signal; either
+way the next call starts a fresh helper. While a call runs, the helper's stdout and stderr
+go to the case's log (with a Python traceback on a fatal signal).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import traceback
+
+from pipeline.core.errors import StageError
+from pipeline.core.tools import describe_exit
+
+_HEADER = struct.Struct("<Q")
+_helpers: dict[tuple, subprocess.Popen] = {}  # (worker pid, thread, helper name) -> helper process
+_warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
+STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
+
+
+def _send(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def _helper(name: str) -> subprocess.Popen:
+    """This worker's helper of that name (one per kind of work: native libraries that each
+    bundle their own LLVM/MLIR, such as TensorFlow's and IREE's, stay in separate processes)."""
+    key = _key(name)
+    proc = _helpers.get(key)
+    if proc is None or proc.poll() is not None:
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        _helpers[key] = proc
+        _warm[key] = set()
+    return proc
+
+
+def _key(name: str) -> tuple:
+    """Helpers belong to one worker process and, where it runs tasks in threads (a Dask worker
+    with several threads), to one thread: a helper serves one call at a time."""
+    import threading
+
+    return os.getpid(), threading.get_ident(), name
+
+
+def _discard(name: str, proc: subprocess.Popen) -> None:
+    _helpers.pop(_key(name), None)
+    proc.kill()
+    proc.wait()
+
+
+def _name(function) -> str:
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def warm(warm_up, *, helper: str, stage: str, log) -> None:
+    """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
+    so that a call's own timeout and duration measure the work itself."""
+    _helper(helper)
+    if _name(warm_up) not in _warm[_key(helper)]:
+        _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+        _warm[_key(helper)].add(_name(warm_up))
+
+
+def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs):
+    """Run function(*args, **kwargs) in this worker's helper `helper` and return its value. The
+    function goes to the helper by its qualified name (pickle): a module-level function, whose
+    module imports its heavy libraries (TensorFlow, torch) inside the function, not at the top.
+
+    Raises StageError on a timeout, a crash of the helper, or an exception a library raised in
+    the function; HarnessError on an exception raised by this package's own code.
+    """
+    return _call(helper, function, args, kwargs, stage, timeout, log)
+
+
+def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
+    what = function.__name__
+    proc = _helper(helper)
+    try:
+        _send(proc.stdin, (function, args, kwargs, str(log)))
+    except BrokenPipeError:
+        _discard(helper, proc)
+        raise StageError(stage, f"{what}: helper process died before the call", None, str(log)) from None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        _discard(helper, proc)
+        raise StageError(stage, f"{what} timed out after {timeout:g} s", None, str(log))
+    reply = _receive(proc.stdout)
+    if reply is None:
+        returncode = proc.wait()
+        _helpers.pop(_key(helper), None)
+        raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
+                         None, str(log))
+    ok, value = reply
+    if ok:
+        return value
+    kind, *detail = value
+    if kind == "stage":
+        raise StageError(*detail)
+    name, message, ours = detail
+    text = f"{what}: {name}: {message}".splitlines()[0][:300]
+    if ours:  # raised by this package's own code: a harness error, never a tool's failure
+        raise HarnessError(text)
+    raise StageError(stage, text, None, str(log))
+
+
+class HarnessError(RuntimeError):
+    """An exception raised in a helper by this package's own code (not by a library it called)."""
+
+
+def _raised_here(err: BaseException) -> bool:
+    """Whether the innermost frame of the exception's traceback is this package's code."""
+    import os.path
+
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pipeline/
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
+def _serve() -> None:
+    import faulthandler
+
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    quiet = os.dup(2)
+    while (request := _receive(requests)) is not None:
+        function, args, kwargs, log = request
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        faulthandler.enable(file=os.fdopen(os.dup(log_fd), "w"), all_threads=False)
+        try:
+            reply = (True, function(*args, **kwargs))
+        except StageError as err:
+            reply = (False, ("stage", err.stage, err.reason, err.argv, err.log))
+        except Exception as err:  # reported to the caller as this case's failure
+            traceback.print_exc()
+            reply = (False, ("exception", type(err).__name__, str(err), _raised_here(err)))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(null, 1)
+            os.dup2(quiet, 2)
+            os.close(log_fd)
+        _send(replies, reply)
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,119 @@
+"""Running external tools and writing files so that nothing half-written is trusted.
+
+Every tool runs in a subprocess with a timeout; its command line, exit status and
+output go to a log file in the case folder.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.core.errors import StageError
+
+
+@contextmanager
+def atomic_output(path: Path, suffix: str | None = None):
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp",
+                               dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def _diagnostic(text: str) -> str:
+    """The line that says what went wrong: the first "error:" line (a compiler diagnostic),
+    else the last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line.lower()]
+    return (errors or lines or [""])[0 if errors else -1][:300]
+
+
+def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None,
+             cwd: Path | None = None) -> float:
+    """Run argv (in `cwd`, if given); append its command line and output to `log`; return its
+    wall time in seconds.
+
+    Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout.
+    """
+    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd)[0]
+
+
+def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
+                    env: dict | None = None, cwd: Path | None = None) -> tuple[float, str]:
+    """run_tool, also returning what the tool printed on stdout."""
+    argv = [str(a) for a in argv]
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    try:
+        # A new session, so that a timeout kills the tool and every process it started: a
+        # grandchild left holding the output pipes would otherwise block the read for ever.
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+    except OSError as err:
+        _append_log(log, argv, f"could not start: {err}", b"", b"")
+        raise StageError(stage, f"{Path(argv[0]).name} could not start: {err.strerror}", argv, str(log)) from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        _append_log(log, argv, f"timed out after {timeout:g} s", stdout, stderr)
+        raise StageError(stage, f"{Path(argv[0]).name} timed out after {timeout:g} s", argv, str(log)) from None
+    finally:
+        _kill_group(proc)  # nothing the tool started outlives it
+    elapsed = time.monotonic() - start
+    _append_log(log, argv, describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
+    if proc.returncode != 0:
+        detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
+        reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
+        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
+    return elapsed, stdout.decode(errors="replace")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _append_log(log: Path, argv: list[str], status: str, stdout, stderr) -> None:
+    with open(log, "a") as f:
+        f.write(f"$ {shlex.join(argv)}\n# {status}\n")
+        for name, data in (("stdout", stdout), ("stderr", stderr)):
+            text = (data or b"").decode(errors="replace") if isinstance(data, (bytes, type(None))) else data
+            if text.strip():
+                f.write(f"--- {name} ---\n{text.rstrip()}\n")
+        f.write("\n")

@@ -1,0 +1,201 @@
+"""Benchmark: where a sweep's time goes, side by side in one invocation.
+
+    python -m pipeline.engine.benchmark [--n 2] [--spec FILE] [--out bench.json] [--work DIR]
+
+Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
+a no-op rerun; a rerun after changing CONV_SWEEP_COMPILE_FLAGS; a naive baseline (the same
+cases through the same stage functions in one serial loop, no caching); the intrinsic tool
+time (per-stage durations from result.json, divided by 2 cores); what timing every module
+costs (CONV_SWEEP_BENCHMARK=1: a verify-only rerun with it, against one without); the same cold sweep with the
+stages on a local Dask cluster (CONV_SWEEP_SCHEDULER=local:2) and its overhead against the
+`doit -n 2` run; `doit list` and a no-op
+`doit sweep` on the full default sweep (when its artifacts exist in the default build
+folder); and the peak resident memory of each run's whole process tree. Prints a table and
+the ratios, and writes them as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from pipeline.core.chain import TIMED_STAGES
+
+ROOT = Path(__file__).resolve().parents[2]  # the project folder
+CORES = 2
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, stack = set(), [pid]
+    while stack:
+        p = stack.pop()
+        out.add(p)
+        stack.extend(children.get(p, []))
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def measure(argv: list[str], env: dict, cwd: Path = ROOT) -> dict:
+    """Wall time, exit status and peak resident memory (sum over the process tree) of argv."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+
+    def sample():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], sum(_rss_kib(p) for p in _descendants(proc.pid)))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    sampler.join()
+    return {"seconds": round(time.monotonic() - start, 3), "returncode": proc.returncode,
+            "peak_rss_mb": round(peak[0] / 1024, 1), "stdout": out, "stderr": err}
+
+
+def _doit(*args) -> list[str]:
+    """A doit command; sweeps run with -v 2, whose line per started task is what _executed counts."""
+    return [sys.executable, "-m", "doit", *(("-v", "2") if "sweep" in args else ()), *args]
+
+
+def _executed(stdout: str) -> int:
+    return sum(line.startswith(".  ") for line in stdout.splitlines())
+
+
+def intrinsic(build_dir: Path) -> dict:
+    """Sum of the per-stage durations recorded in result.json, per stage."""
+    totals = dict.fromkeys(TIMED_STAGES, 0.0)
+    for path in Path(build_dir).glob("cases/*/*/result.json"):
+        stages = json.loads(path.read_text()).get("stages", {})
+        for stage in TIMED_STAGES:
+            totals[stage] += float(stages.get(stage, {}).get("seconds", 0.0))
+    return totals
+
+
+NAIVE = """
+import sys, time
+from pipeline.run import stages
+from pipeline.config import Config
+cfg = Config.from_env()
+start = time.monotonic()
+failed = 0
+for case in cfg.cases():
+    for stage in (stages.model, stages.mlir, stages.vmfb, stages.verify):
+        if stage([case] if stage in (stages.model, stages.mlir) else case, cfg):
+            failed += 1
+            break
+print(f"naive: {len(cfg.cases())} cases, {failed} failed, {time.monotonic() - start:.1f} s")
+"""
+
+
+def run(n: int, spec: str | None, work: Path) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    base["CONV_SWEEP_N"] = str(n)
+    if spec:
+        base["CONV_SWEEP_SPEC"] = str(Path(spec).resolve())
+    sweep_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "sweep")}
+    naive_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "naive")}
+    rows = {}
+    cold = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
+    rows["cold doit -n 2 sweep"] = cold
+    rows["no-op rerun"] = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
+    flags_env = {**sweep_env, "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
+    rows["rerun after CONV_SWEEP_COMPILE_FLAGS change"] = measure(_doit("-n", str(CORES), "sweep"), flags_env)
+    timed = measure(_doit("-n", str(CORES), "sweep"), {**flags_env, "CONV_SWEEP_BENCHMARK": "1"})
+    rows["verify rerun, CONV_SWEEP_BENCHMARK=1"] = timed
+    untimed = measure(_doit("-n", str(CORES), "sweep"), {**flags_env, "CONV_SWEEP_BENCHMARK": "0"})
+    rows["verify rerun, CONV_SWEEP_BENCHMARK=0"] = untimed
+    rows["naive serial loop"] = measure([sys.executable, "-c", NAIVE], naive_env)
+    dask_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "dask"), "CONV_SWEEP_SCHEDULER": f"local:{CORES}"}
+    dask = measure(_doit("sweep"), dask_env)
+    rows[f"cold sweep on Dask (local:{CORES})"] = dask
+    tools = intrinsic(work / "sweep")
+    floor = sum(tools.values()) / CORES
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    rows["doit list (full default sweep)"] = measure(_doit("list", "--all"), full_env)
+    full_build = ROOT / "build"
+    complete = len(list(full_build.glob("cases/*/*/result.json")))
+    if complete >= 1250:
+        rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
+    cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
+    figures = {
+        "cases": cases,
+        "intrinsic_tool_seconds": {k: round(v, 2) for k, v in tools.items()},
+        "intrinsic_floor_seconds": round(floor, 2),
+        "runs": {name: {k: v for k, v in r.items() if k not in ("stdout", "stderr")} | {
+            "executed_tasks": _executed(r["stdout"])} for name, r in rows.items()},
+        "full_sweep_artifacts": complete,
+        "ratios": {
+            "cold / intrinsic floor": round(cold["seconds"] / floor, 3) if floor else None,
+            "cold / naive": round(cold["seconds"] / rows["naive serial loop"]["seconds"], 3),
+            "naive / cold (speed-up)": round(rows["naive serial loop"]["seconds"] / cold["seconds"], 3),
+            "no-op / cold": round(rows["no-op rerun"]["seconds"] / cold["seconds"], 4),
+            f"Dask local:{CORES} / cold doit -n {CORES} (overhead)": round(dask["seconds"] / cold["seconds"], 3),
+            "verify rerun with / without CONV_SWEEP_BENCHMARK=1": round(timed["seconds"] / untimed["seconds"], 3),
+            "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)":
+                round((timed["seconds"] - untimed["seconds"]) / cases, 3) if cases else None,
+        },
+    }
+    return figures
+
+
+def table(figures: dict) -> str:
+    lines = [f"{'run':48} {'seconds':>9} {'peak RSS MB':>12} {'tasks run':>10} {'exit':>5}"]
+    for name, r in figures["runs"].items():
+        lines.append(f"{name:48} {r['seconds']:9.2f} {r['peak_rss_mb']:12.0f} {r['executed_tasks']:10d} "
+                     f"{r['returncode']:5d}")
+    tools = ", ".join(f"{k} {v:.1f}" for k, v in figures["intrinsic_tool_seconds"].items())
+    lines.append(f"intrinsic tool time ({figures['cases']} cases): {tools} s; "
+                 f"/ {CORES} cores = floor {figures['intrinsic_floor_seconds']:.1f} s")
+    if figures["full_sweep_artifacts"] < 1250:
+        lines.append(f"no-op full sweep: not measured, the default build folder holds "
+                     f"{figures['full_sweep_artifacts']} of 1250 results (run `doit -n 2 sweep` first)")
+    lines += [f"{k}: {v}" for k, v in figures["ratios"].items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2, help="geometries per category (default 2: 50 cases)")
+    parser.add_argument("--spec", help="a CONV_SWEEP_SPEC file instead of the default categories")
+    parser.add_argument("--out", default="benchmark.json", help="where to write the figures as JSON")
+    parser.add_argument("--work", help="scratch folder (default: a temporary one, removed afterwards)")
+    args = parser.parse_args(argv)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
+    try:
+        figures = run(args.n, args.spec, work)
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print(table(figures))
+    Path(args.out).write_text(json.dumps(figures, indent=1) + "\n")
+    print(f"figures written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""doit reporters: live progress during a run, and the report written when it ends.
+
+doit cannot order a task after tasks that failed (their dependents are skipped), so the report
+of a run that executed case tasks is written by the reporter's complete_run, after everything.
+Registered in pyproject.toml under the names doit uses by default ("console", "json"), so that
+`doit -r json` keeps its machine-readable output and still writes the report.
+Imports doit: loaded by doit as a plugin.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from doit.exceptions import UnmetDependency
+from doit.reporter import ConsoleReporter, JsonReporter
+
+from pipeline.core.chain import TASKS
+from pipeline.engine import order as doit_order
+from pipeline.engine.tasks import current
+from pipeline.results.report import REPORT_AT_END
+
+doit_order.install()  # this module is loaded by doit (as a reporter plugin) before any task runs
+
+
+def _start(report: bool) -> None:
+    """Before any task of a run that executes case tasks: the tools' identities (a tool that
+    cannot start stops the run here), then the Dask cluster where one is asked for."""
+    run = current()
+    if not report or run is None:
+        return
+    for target in run.cfg.targets:
+        run.target_keys(target.name)
+    if run.cfg.scheduler:
+        _start_cluster(run.cfg)  # its line (where the stages run, how artifacts move) comes first
+
+
+def _closure(tasks: dict, selected: list[str]) -> set[str]:
+    seen, stack = set(), list(selected or [])
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in tasks:
+            continue
+        seen.add(name)
+        stack.extend(tasks[name].task_dep)
+        stack.extend(getattr(tasks[name], "setup_tasks", []))
+    return seen
+
+
+
+
+class Progress:
+    """What is moving, from the first seconds: tasks done per stage, cases verified, failures so
+    far, elapsed time, and the time left estimated from the measured task durations."""
+
+    def __init__(self, stream, interval: float):
+        self.stream, self.interval = stream, interval
+        self.tty = stream.isatty()
+        self.pending: dict[str, set[str]] = {}
+        self.failed: set[str] = set()
+        self.worked: set[str] = set()
+        self.done = 0
+        self.start = time.monotonic()
+        self.last_print = 0.0
+        self.shown = False
+        self.totals = dict.fromkeys(TASKS, 0)  # tasks per stage in this run
+        self.finished_tasks = dict.fromkeys(TASKS, 0)  # run or found up to date
+        self.ran: dict[str, list[float]] = {s: [] for s in TASKS}  # measured durations of tasks that ran
+        self.started: dict[str, float] = {}
+        self.concurrency = 1
+
+    def initialize(self, tasks: dict, selected: list[str]) -> None:
+        """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
+        a model are shared by its cases on every target."""
+        shared: dict[str, set[str]] = {}
+        for name in _closure(tasks, selected):
+            if ":conv_" in name:
+                self.totals[name.split(":", 1)[0]] += 1
+                subject = name.split(":", 1)[1]
+                if "@" in subject:
+                    self.pending.setdefault(subject, set()).add(name)
+                else:
+                    shared.setdefault(subject, set()).add(name)
+        self.owners: dict[str, list[str]] = {}
+        for key, names in self.pending.items():
+            for name in shared.get(key.split("@", 1)[0], ()):
+                names.add(name)
+                self.owners.setdefault(name, []).append(key)
+        self.total = len(self.pending)
+
+    def _keys(self, name: str) -> list[str]:
+        return self.owners.get(name) or ([name.split(":", 1)[1]] if "@" in name else [])
+
+    def executing(self, name: str) -> None:
+        if ":conv_" in name:
+            self.worked.update(self._keys(name))
+            self.started[name] = time.monotonic()
+            self.concurrency = max(self.concurrency, len(self.started))
+
+    def finished(self, name: str, failed: bool) -> None:
+        if ":conv_" not in name:
+            return
+        stage = name.split(":", 1)[0]
+        self.finished_tasks[stage] += 1
+        began = self.started.pop(name, None)
+        if began is not None:
+            self.ran[stage].append(time.monotonic() - began)
+        for case in self._keys(name):
+            if failed:
+                self.failed.add(case)
+            tasks = self.pending.get(case)
+            if tasks is not None and name in tasks:
+                tasks.discard(name)
+                if not tasks:
+                    self.done += 1
+        self.show()
+
+    def left(self) -> float | None:
+        """Seconds of work left: each stage's unfinished tasks at that stage's mean measured
+        duration (a stage not measured yet: the mean of those that are), over the number of
+        tasks seen running at once."""
+        measured = [d for durations in self.ran.values() for d in durations]
+        if not measured:
+            return None
+        fallback = sum(measured) / len(measured)
+        work = sum((self.totals[s] - self.finished_tasks[s])
+                   * (sum(self.ran[s]) / len(self.ran[s]) if self.ran[s] else fallback) for s in TASKS)
+        return work / self.concurrency
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        stages = " ".join(f"{s} {self.finished_tasks[s]}/{self.totals[s]}" for s in TASKS if self.totals[s])
+        text = (f"[{self.done}/{self.total} cases] {len(self.failed)} failed; {stages}; "
+                f"{_clock(elapsed)} elapsed")
+        left = self.left()
+        if left is not None and self.done < self.total:
+            text += f", ~{_clock(left)} left"
+        return text
+
+    def show(self, final: bool = False) -> None:
+        if not self.total:
+            return
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write("\r\x1b[K" + self.line() + ("\n" if final else ""))
+            self.shown = not final
+        elif final or now - self.last_print >= self.interval:
+            self.stream.write(f"progress: {self.line()}\n")
+            self.last_print = now
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def cli_verbosity(argv: list[str] | None = None) -> int:
+    """doit's -v/--verbosity from the command line (doit does not hand it to reporters)."""
+    argv = sys.argv[1:] if argv is None else argv
+    level = 0
+    for i, arg in enumerate(argv):
+        value = None
+        if arg in ("-v", "--verbosity") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--verbosity="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-v") and arg[2:].isdigit():
+            value = arg[2:]
+        if value is not None and value.isdigit():
+            level = int(value)
+    return level
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _start_cluster(cfg) -> None:
+    """Connect to (or start) the Dask cluster before any task; a bad cluster stops the run."""
+    from pipeline.engine.cluster import connect
+    from pipeline.core.errors import ConfigError
+
+    try:
+        connect(cfg)
+    except ConfigError as err:
+        print(f"conv-sweep: bad configuration, nothing was run: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _report_at_end(selected: list[str], tasks: dict) -> bool:
+    """A run that touches case tasks writes the report when it ends."""
+    return any(":conv_" in name for name in _closure(tasks, selected))
+
+
+def _write_report(out, changed: bool) -> None:
+    run = current()
+    if run is None:
+        return
+    from pipeline.results.report import report_run
+
+    try:
+        report_run(run.cfg, run.cases, out=out, changed=changed)
+    except Exception as err:  # the run's own outcome stands; say why the report is missing
+        print(f"conv-sweep: the report could not be written: {type(err).__name__}: {err}", file=sys.stderr)
+
+
+class SweepReporter(ConsoleReporter):
+    desc = "console output with live progress; writes the sweep report at the end"
+
+    def __init__(self, outstream, options):
+        super().__init__(outstream, options)
+        interval = float(os.environ.get("CONV_SWEEP_PROGRESS_INTERVAL", "5"))
+        self.progress = Progress(sys.stderr, interval)
+        self.report = False
+        self.verbose = cli_verbosity() >= 2  # per-task lines and doit's own failure blocks
+
+    def initialize(self, tasks, selected_tasks):
+        super().initialize(tasks, selected_tasks)
+        self.progress.initialize(tasks, selected_tasks)
+        self.report = _report_at_end(selected_tasks, tasks)
+        _start(self.report)
+        run = current()
+        if self.report and run is not None:
+            refused = run.cfg.refused()
+            if refused:
+                self.write(f"conv-sweep: {len(refused)} cases not generated, their frontend refuses the geometry "
+                           f"(`doit refused` lists them with the reason)\n")
+        if self.report:
+            os.environ[REPORT_AT_END] = "1"  # inherited by the workers: the report task defers to us
+
+    def write(self, text):
+        self.progress.clear()
+        super().write(text)
+
+    def execute_task(self, task):
+        self.progress.executing(task.name)
+        if self.verbose or ":conv_" not in task.name:
+            super().execute_task(task)
+
+    def add_success(self, task):
+        super().add_success(task)
+        self.progress.finished(task.name, False)
+
+    def add_failure(self, task, fail):
+        """A failing case is one line (case, stage, reason, log, repro: the task's message);
+        tasks skipped because a dependency failed are said by that failure already."""
+        if self.verbose or (":conv_" not in task.name and not isinstance(fail, UnmetDependency)):
+            super().add_failure(task, fail)
+        elif fail.report:
+            self.failures.append({"task": task, "exception": fail})
+            if not isinstance(fail, UnmetDependency):
+                self.write((getattr(fail, "message", "") or fail.get_msg()).rstrip() + "\n")
+        self.progress.finished(task.name, True)
+
+    def skip_uptodate(self, task):
+        if self.verbose:
+            super().skip_uptodate(task)
+        self.progress.finished(task.name, False)
+
+    def skip_ignore(self, task):
+        if self.verbose:
+            super().skip_ignore(task)
+        self.progress.finished(task.name, False)
+
+    def complete_run(self):
+        self.progress.show(final=True)
+        changed = bool(self.progress.worked or self.failures)
+        if not self.verbose:  # the failures were said once, as they happened
+            self.failures = [f for f in self.failures
+                             if ":conv_" not in f["task"].name and not isinstance(f["exception"], UnmetDependency)]
+        super().complete_run()
+        if self.report:
+            _write_report(self.outstream, changed=changed)
+
+
+class SweepJsonReporter(JsonReporter):
+    desc = "JSON output (as doit's json reporter); writes the sweep report at the end"
+
+    def __init__(self, outstream, options=None):
+        super().__init__(outstream, options)
+        self.report = False
+        self.executed = False
+
+    def execute_task(self, task):
+        super().execute_task(task)
+        self.executed = self.executed or ":conv_" in task.name
+
+    def initialize(self, tasks, selected_tasks):  # doit's JsonReporter has no initialize of its own
+        self.report = _report_at_end(selected_tasks, tasks)
+        _start(self.report)  # the cluster's line goes to stderr: stdout holds only the JSON
+        if self.report:
+            os.environ[REPORT_AT_END] = "1"
+
+    def complete_run(self):
+        super().complete_run()  # restores the real stdout and prints the JSON document
+        if self.report:
+            _write_report(sys.stderr, changed=self.executed or bool(self.errors))  # stdout: only JSON

@@ -1,0 +1,328 @@
+"""doit glue: dodo.py's task creators call these. One subtask per case (or per model, for the
+tasks every target shares), keyed on everything that shapes its output, so that a rerun runs
+exactly what changed.
+
+The run (its Config and cases) is resolved once, when dodo.py loads. The identities of the
+targets' tools (their --version, size, digest) are worked out when a task needs them, once per
+run: at the start of a run that executes case tasks (the reporter asks, so that a tool that
+cannot start stops the run before any task), else at the first up-to-date check that needs
+them; `doit list` never asks.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from doit.exceptions import TaskFailed
+from doit.tools import config_changed
+
+from pipeline.config import Config
+from pipeline.core.chain import MLIR, MLIR_BYTECODE, SHARED_TASKS, TASK_OF_STAGE, TASKS, VMFB
+from pipeline.core.errors import ConfigError
+from pipeline.core.integrity import file_record, unchanged
+from pipeline.outcome.result import RESULT_FILE
+from pipeline.space.cases import Case
+
+
+@dataclass
+class Run:
+    """What dodo.py resolved: the configuration, the cases, and the tools' identities once asked."""
+
+    cfg: Config
+    cases: list[Case]
+    _keys: dict = field(default_factory=dict)  # target -> (compile key, run key)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def target_keys(self, target: str) -> tuple[dict, dict]:
+        """What identifies the target's compile and its run (executables and their --version,
+        flags, toolchain), worked out on first use. A tool that cannot start stops the run."""
+        with self._lock:
+            if not self._keys:
+                self._keys.update(_target_keys(self.cfg))
+            return self._keys[target]
+
+
+_current: Run | None = None
+
+
+def current() -> Run | None:
+    """The run dodo.py loaded, if any (the reporters use it)."""
+    return _current
+
+
+def load(project: Path, workdir: str) -> Run:
+    """The run's configuration from the environment, or a one-line error naming the knob."""
+    global _current
+    if (Path(workdir) / "pyproject.toml").resolve() != project / "pyproject.toml":
+        # doit reads its plugins (the durable backend, the reporters) from pyproject.toml in the working directory
+        raise SystemExit(f"conv-sweep: run doit from the project folder {project} (cd there first)")
+    try:
+        cfg = Config.from_env(default_build_dir=project / "build", base_dir=workdir)
+        _current = Run(cfg, cfg.cases())
+    except ConfigError as err:
+        if sys.argv[1:] != ["toolchain"]:  # installing the toolchain needs no valid selection
+            raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
+        _current = Run(Config(build_dir=project / "build"), [])
+    return _current
+
+
+def doit_config(run: Run) -> dict:
+    config = {
+        "default_tasks": ["sweep"],
+        "continue": True,  # a failing case fails its own tasks, the rest of the sweep goes on
+        "dep_file": str(run.cfg.build_dir / ".doit.db"),
+        "backend": "durable",  # pipeline/engine/durable_db.py: commits per task, one run per build folder
+        "verbosity": 0,
+        "check_file_uptodate": "md5",  # an upstream rebuild with identical bytes does not cascade
+    }
+    if run.cfg.scheduler:
+        # The stages run on Dask (pipeline/engine/cluster.py): doit's threads only submit and
+        # wait, so one slot per cluster worker keeps them busy; `doit -n` still overrides it.
+        config.update({"par_type": "thread", "num_process": run.cfg.scheduler.slots})
+    return config
+
+
+def _target_keys(cfg: Config) -> dict:
+    from pipeline.core.executables import cannot_start
+    from pipeline.core.fingerprint import executable_identity
+    from pipeline.targets.profiles import toolchain_identity
+
+    keys = {}
+    for target in cfg.targets:
+        p = target.profile
+        identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
+        tools = {role: executable_identity(path, cfg.build_dir) for role, path in target.tools(cfg.benchmark)}
+        for role, tool in tools.items():
+            problem = cannot_start(tool["version"] or "")
+            if problem:
+                raise SystemExit(f"conv-sweep: bad configuration, nothing was run: target {p.name}: "
+                                 f"{role} {tool['path']} cannot start: {problem}")
+        keys[p.name] = (
+            {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
+            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict(),
+             **({"benchmark": tools["benchmark_tool"]} if "benchmark_tool" in tools else {})})  # re-runs verify only
+    return keys
+
+
+class key_unchanged(config_changed):
+    """doit's config_changed, its dict computed when doit checks the task (not when dodo.py loads)."""
+
+    def __init__(self, make_key):
+        super().__init__({})
+        self.make_key = make_key
+
+    def _calc_digest(self):
+        self.config = self.make_key()
+        return super()._calc_digest()
+
+
+# ------------------------------------------------------------------ the case tasks
+
+def _action(run: Run, stage_fn, subject, targets):
+    """Run one stage of its subject (one case, or the cases sharing one model on every target),
+    here or on the Dask cluster; a failure message becomes a doit task failure. On success the
+    outputs' size, mtime and digest are saved with the task (doit values)."""
+    if run.cfg.scheduler:
+        from pipeline.engine.cluster import connect
+
+        try:
+            message = connect(run.cfg).run(stage_fn, subject)
+        except ConfigError as err:
+            message = f"conv-sweep: bad configuration: {err}"
+    else:
+        message = stage_fn(subject, run.cfg)
+    if message:
+        if not run.cfg.scheduler:  # captured with the task's output; under a scheduler nothing is captured
+            print(message, file=sys.stderr)
+        return TaskFailed(message)
+    return {"output": [file_record(t) for t in targets]}
+
+
+def _output_intact(task, values, targets):
+    """Up to date only while the outputs are the files this task wrote."""
+    recorded = values.get("output")
+    return isinstance(recorded, list) and len(recorded) == len(targets) and \
+        all(unchanged(r, t) for r, t in zip(recorded, targets))
+
+
+def _clean_case_dir(cfg: Config, case: Case):
+    """Remove the case's folder on its target, and the model's folder once no target uses it."""
+    shutil.rmtree(cfg.case_dir(case), ignore_errors=True)
+    model_dir = cfg.model_dir(case)
+    if model_dir.is_dir() and not any(p.is_dir() for p in model_dir.iterdir()):
+        shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def _last_task(case: Case) -> str:
+    """The task an expected failure should fail at ends the case's chain."""
+    return TASK_OF_STAGE[case.expect_stage] if case.expect_stage else "verify"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One case task: its doc, its inputs as (in the model's folder?, file), its outputs, and
+    what else its key holds."""
+
+    doc: str
+    inputs: object  # (run, case) -> [(bool, file name)]
+    outputs: object  # (run, case) -> [file name]
+    key: object = None  # (run, case) -> dict
+
+
+SPECS = {
+    "model": _Spec("build the model file", lambda r, c: [], lambda r, c: [c.model_file],
+                   lambda r, c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor}),
+    "mlir": _Spec("import model.mlir (and model.mlirbc for TFLite)", lambda r, c: [(True, c.model_file)],
+                  lambda r, c: [MLIR, MLIR_BYTECODE] if c.backend == "tflite" else [MLIR]),
+    "vmfb": _Spec("compile model.vmfb", lambda r, c: [(True, r.cfg.mlir_input(c))], lambda r, c: [VMFB],
+                  lambda r, c: {**r.target_keys(c.target)[0],
+                                "flags": list(r.cfg.target(c.target).compile_flags(c.variant))}),
+    "verify": _Spec("run, compare and write result.json", lambda r, c: [(True, c.model_file), (False, VMFB)],
+                    lambda r, c: [RESULT_FILE],
+                    lambda r, c: {**r.target_keys(c.target)[1], "compile_only": c.compile_only}),
+}
+
+
+def _groups(run: Run, stage: str):
+    """(task name, cases, model folder, output folder) per subtask: model and mlir are shared by
+    a model's cases on every target, vmfb and verify are one case on its target."""
+    cases_root = str(run.cfg.build_dir / "cases")  # plain strings: 5,000 tasks load in a blink
+    if stage in SHARED_TASKS:
+        shared = {}
+        for case in run.cases:
+            shared.setdefault(case.name, []).append(case)
+        for name, cases in shared.items():
+            yield name, cases, os.path.join(cases_root, name), os.path.join(cases_root, name)
+    else:
+        for case in run.cases:
+            model_folder = os.path.join(cases_root, case.name)
+            yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
+
+
+def subtasks(run: Run, stage: str, stage_fn):
+    """One doit subtask per group of the stage (pipeline/core/chain.py's TASKS), running stage_fn."""
+    from pipeline.core.fingerprint import stage_fingerprint
+
+    spec = SPECS[stage]
+    for name, cases, model_folder, folder in _groups(run, stage):
+        first = cases[0]
+        # A build task no case's chain reaches is not made. One at which every case's chain ends
+        # (an expected failure there) declares no target: a listed failure writes none, and is up
+        # to date while its inputs are unchanged. Every case has a verify task, which gives its
+        # verdict; for a case listed to fail earlier it judges what that stage recorded.
+        if stage != "verify" and all(TASKS.index(stage) > TASKS.index(_last_task(c)) for c in cases):
+            continue
+        ends_here = stage != "verify" and all(c.expect_stage is not None and _last_task(c) == stage for c in cases)
+        judged_early = stage == "verify" and _last_task(first) != "verify"
+        outputs = [os.path.join(folder, t) for t in spec.outputs(run, first)]
+        # a build task's failure at its listed stage does not fail it (verify judges it): which
+        # cases are listed there is part of its key, their buckets only of verify's
+        listed = sorted([c.target, c.expect_stage] for c in cases if c.expect_stage and _last_task(c) == stage)
+
+        def key(stage=stage, name=name, first=first, listed=listed):
+            key = {"case": name, "stage": stage, **stage_fingerprint(stage),
+                   **(spec.key(run, first) if spec.key else {})}
+            if listed and stage != "verify":
+                key["listed_to_fail"] = listed
+            if stage == "verify":
+                key["expected"] = first.expected.to_dict() if first.expected else None
+            return key
+
+        ending = f"{_last_task(first)}:{first.key if _last_task(first) == 'vmfb' else first.name}"
+        yield {
+            "name": name,
+            "doc": spec.doc,
+            "actions": [(_action, [run, stage_fn, cases if stage in SHARED_TASKS else first, outputs])],
+            "file_dep": [] if judged_early else
+            [os.path.join(model_folder if shared else folder, dep) for shared, dep in spec.inputs(run, first)],
+            "task_dep": [ending] if judged_early else [],
+            "targets": [] if ends_here else outputs,
+            "uptodate": [key_unchanged(key), (_output_intact, [outputs])],
+            "clean": [(_clean_case_dir, [run.cfg, c]) for c in cases] if stage == "verify" else True,
+            # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print little
+            **({"io": {"capture": False}} if run.cfg.scheduler else {}),
+        }
+
+
+def sweep_clean(run: Run) -> list:
+    return [(shutil.rmtree, [str(run.cfg.build_dir / folder)], {"ignore_errors": True})
+            for folder in ("cases", "report")]
+
+
+# ------------------------------------------------------------------ the other commands' actions
+
+def install_toolchain():
+    from pipeline.targets.toolchain import ToolchainError, install, root_from_env
+
+    try:
+        install(root_from_env(os.environ))
+    except ToolchainError as err:
+        return TaskFailed(f"conv-sweep: the Torq toolchain was not installed: {err}")
+    return None
+
+
+def report(run: Run, merge):
+    """Write the report now, unless this run writes it when it ends (it ran case tasks); with
+    --merge, one report from several build folders or results.json files."""
+    from pipeline.results.report import REPORT_AT_END, merge_reports, report_run
+
+    if merge:
+        try:
+            merge_reports(merge, run.cfg)
+        except ConfigError as err:
+            return TaskFailed(f"conv-sweep: {err}")
+        return None
+    if os.environ.get(REPORT_AT_END):
+        print("conv-sweep: the report is written when this run ends")
+        return None
+    report_run(run.cfg, run.cases)
+    return None
+
+
+def accept_failures(run: Run):
+    from pipeline.results.report import accept_failures
+
+    accept_failures(run.cfg, run.cases)
+
+
+def compare(run: Run, old, new, out, noise_floor):
+    from pipeline.triage.diff import compare_runs
+
+    if not old or not new:
+        return TaskFailed("conv-sweep: doit compare needs --old and --new (build folders or results.json files)")
+    if not noise_floor >= 0:
+        return TaskFailed(f"conv-sweep: doit compare --noise-floor={noise_floor}: must be a fraction >= 0")
+    try:
+        text, regressions = compare_runs(old, new, Path(out) if out else run.cfg.build_dir / "compare", noise_floor)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    print(text)
+    if regressions:
+        return TaskFailed(f"conv-sweep: {regressions} regressions (cases passing in --old, failing in --new)")
+    return None
+
+
+def shrink(run: Run, cases, budget):
+    from pipeline.triage.shrink import describe, find_case, shrink
+
+    if len(cases) != 1:
+        return TaskFailed("conv-sweep: doit shrink takes one case: doit shrink <case>@<target>")
+    if budget < 0:
+        return TaskFailed(f"conv-sweep: doit shrink --budget={budget}: must be a number of seconds >= 0")
+    try:
+        summary = shrink(find_case(run.cases, cases[0]), run.cfg, budget=budget or None)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    print(describe(summary))
+    return None
+
+
+def print_refused(run: Run):
+    refused = run.cfg.refused()
+    for r in refused:
+        print(f"{r.name}  ({r.category}): {r.reason}")
+    print(f"{len(refused)} cases not generated: their frontend refuses the geometry")

@@ -1,0 +1,1 @@
+"""Reading results: the terminal summary, results.json, junit.xml and report.html."""

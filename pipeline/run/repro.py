@@ -1,0 +1,132 @@
+"""repro.sh: one case on its target, outside the tool, with only the target's tools (and the
+importer of the model's format): re-import, re-compile with the exact flags the sweep used,
+run on the saved input and check against the saved expected output with the run tool's own
+--expected_output. Toolchain tools that need a private C runtime are started through its
+loader, spelled out in the script."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from pipeline.checks.compare import CHECK
+from pipeline.core.chain import MLIR_BYTECODE
+from pipeline.space.cases import Case
+from pipeline.config import Config
+from pipeline.core.executables import tool_path
+from pipeline.core.tools import write_text
+
+REPRO = "repro.sh"
+
+
+def _check(case_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(case_dir) / CHECK).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _check_flags(check: dict) -> list[str]:
+    flags = [f"--expected_output={check['expected']}", f"--equality_mode={check['mode']}"]
+    if check["mode"] == "approximate":
+        flags += [f"--expected_{check['type']}_threshold={check['atol']:.9g}", f"--expected_rtol={check['rtol']:.9g}"]
+    return flags
+
+
+# For run tools whose --expected_output cannot take the check (torq-run-module's older IREE has
+# no approximate mode, no rtol and no i8/bf16 thresholds), and wherever the expected output holds
+# a NaN or an infinity (no run tool's check is known to fail those as the sweep does): the
+# output goes to a file, and Python's standard library compares it with the expected bytes,
+# failing every element where either side is not finite, as pipeline/checks/compare.py does.
+_STDLIB_CHECK = r"""python3 - <<'PY'
+import json, math, struct, sys
+check = json.load(open("check.json"))
+fmt = {"f32": "f", "bf16": "H", "i8": "b"}[check["type"]]
+def values(path):
+    data = open(path, "rb").read()
+    items = struct.unpack(f"<{len(data) // struct.calcsize(fmt)}{fmt}", data)
+    if fmt == "H":  # bf16: the high half of an f32
+        items = struct.unpack(f"<{len(items)}f", struct.pack(f"<{len(items)}I", *(v << 16 for v in items)))
+    return items
+want, got = values("repro-expected.bin"), values("repro-actual.bin")
+if len(want) != len(got):
+    sys.exit(f"FAILED: {len(got)} output elements, expected {len(want)}")
+limit = [0.0 if check["mode"] == "exact" else check["atol"] + check["rtol"] * abs(w) for w in want]
+bad = [i for i, (w, g, t) in enumerate(zip(want, got, limit))
+       if not (math.isfinite(w) and math.isfinite(g) and math.isfinite(t) and abs(g - w) <= t)]
+if bad:
+    i = bad[0]
+    sys.exit(f"FAILED: {len(bad)} of {len(want)} elements outside tolerance; first at {i}: "
+             f"expected {want[i]}, got {got[i]}, tolerance {limit[i]:.3g}")
+print(f"[SUCCESS] all {len(want)} output elements within tolerance ({check['mode']})")
+PY"""
+
+
+def _variable(tool: str) -> str:
+    return Path(tool).name.upper().replace("-", "_").replace(".", "_")
+
+
+def _command(target, path: str) -> list[str]:
+    """How to start one of the target's tools without this project: a toolchain tool by its
+    loader command, anything else by its path."""
+    for name, launcher in (target.toolchain or {}).get("tools", {}).items():
+        if launcher == path:
+            return target.toolchain["commands"][name]
+    return [path]
+
+
+def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Path:
+    target = cfg.target(case.target)
+    case_dir = Path(case_dir)
+    model = f"../{case.model_file}"
+    tools: dict[str, list[str]] = {}
+    if case.backend == "tflite":
+        tools["TOSA_CONVERTER"] = [tool_path("tosa-converter-for-tflite") or "tosa-converter-for-tflite"]
+        importing = [f'"${{TOSA_CONVERTER[@]}}" {model} --bytecode -o repro.mlirbc']
+        if cfg.mlir_input(case) == MLIR_BYTECODE:
+            compiled = "repro.mlirbc"
+        else:
+            tools["IREE_OPT"] = [tool_path("iree-opt") or "iree-opt"]
+            importing.append('"${IREE_OPT[@]}" repro.mlirbc -o repro.mlir')
+            compiled = "repro.mlir"
+    else:
+        tools["IREE_IMPORT_ONNX"] = [tool_path("iree-import-onnx") or "iree-import-onnx"]
+        importing = [f'"${{IREE_IMPORT_ONNX[@]}}" {model} -o repro.mlir']
+        compiled = "repro.mlir"
+    compiler, runner = _variable(target.compiler), _variable(target.runner)
+    tools[compiler] = _command(target, target.compiler)
+    tools[runner] = _command(target, target.runner)
+    compile_line = f'"${{{compiler}[@]}}" {compiled} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
+    check = _check(case_dir)
+    input_arg = (check or {}).get("input") or "--input=@../input.npy"
+    run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),
+           f"--function={target.profile.function(case.backend)}", shlex.quote(input_arg)]
+    if check and target.profile.expected_output and not check.get("nonfinite", True):
+        run_line = " ".join(run + [shlex.quote(f) for f in _check_flags(check)])
+        run_note = "# checks the output against the saved oracle output, with the sweep's tolerance"
+    elif check:
+        run_line = " ".join(run + ["--output=@repro-actual.bin"]) + "\n" + _STDLIB_CHECK
+        run_note = "# checks the output against the saved oracle output, with the sweep's tolerance"
+    else:
+        run_line = " ".join(run)
+        run_note = "# no saved expected output yet: prints the output for comparison"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Reproduce {case.name} on {target.name} outside conv-sweep.",
+        f"# Needs only the {target.name} tools and the importer; each defaults to the one the sweep used.",
+        f"# Override one with e.g. {compiler}=/path/to/{Path(target.compiler).name} bash repro.sh",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        *[f'if [ -n "${{{name}:-}}" ]; then {name}=("${name}"); else {name}=({shlex.join(argv)}); fi'
+          for name, argv in tools.items()],
+        "set -x",
+        *importing,
+        compile_line,
+        run_note,
+        run_line,
+        "",
+    ]
+    path = case_dir / REPRO
+    write_text(path, "\n".join(lines))
+    path.chmod(0o755)
+    return path

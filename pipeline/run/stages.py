@@ -1,0 +1,211 @@
+"""One entry point per stage, as the task runner calls them: build the stage's output, record
+its duration, and turn any failure into the case's outcome in result.json. The verify task of
+every case judges its outcome against the target's expected-failures list (pipeline/outcome/verdict.py):
+a build task (model, mlir, vmfb) only records a failure at the stage its case is listed at, and
+leaves the verdict to it.
+
+The model and import stages are shared by every target (they take the cases of one model on
+all selected targets, and write into the model's folder); compile and verify take one case on
+its target. Each returns None on success (or a failure its verify task will judge) or a
+one-line failure message per case, ending with the case's repro.sh. An exception raised by
+this package's own code is a harness error, never expected. Nothing here imports doit.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+from pipeline.space.cases import Case
+from pipeline.config import Config
+from pipeline.core.errors import StageError
+from pipeline.core.chain import MLIR, SHARED_TASKS, TASK_OF_STAGE, VMFB
+from pipeline.outcome.result import ERROR, FAIL, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
+from pipeline.outcome.verdict import judge, message, outcome
+
+FAILURES = (ERROR, FAIL, HARNESS)  # outcomes a build task records
+
+def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=None) -> str | None:
+    """Run one task's work for `cases` (one model on several targets for the shared model and
+    mlir tasks, else one case); `stage` names it in results (a task may fail at a later stage:
+    verify fails at run, oracle or verify). `prepare` (one-off set-up, such as a helper process
+    importing TensorFlow) runs first and is not counted in the stage's duration.
+
+    A build task (model, mlir, vmfb) records a failure as the case's outcome and succeeds where
+    the case is listed to fail at that stage, so that its verify task judges it against the
+    list; verify judges every outcome it records (pipeline/outcome/verdict.py)."""
+    from pipeline.run.repro import write_repro
+
+    first = cases[0]
+    shared = task in SHARED_TASKS
+    model_dir = cfg.model_dir(first)
+    work_dir = model_dir if shared else cfg.case_dir(first)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    _ensure_input(first, model_dir)
+    repros = {}
+    for case in cases:
+        cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
+        repros[case.key] = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
+    log = work_dir / f"{stage}.log"
+
+    def failed(status, stage_, reason, log_):
+        messages = []
+        for case in cases:
+            result = Result.for_case(case, status, stage=stage_, reason=reason, log=log_,
+                                     stages=read_all_stages(cfg.model_dir(case), cfg.case_dir(case)))
+            messages.append(_record(case, cfg, result, repros[case.key], judge_now=task == "verify"))
+        return "\n".join(m for m in messages if m) or None
+
+    try:
+        if prepare:
+            prepare(log)
+        start = time.monotonic()
+        outcome = work(work_dir, log)
+    except StageError as err:
+        return failed(ERROR, err.stage, err.reason, err.log or str(log))
+    except Exception as err:  # our own code raised: a harness error, never an expected failure
+        with open(log, "a") as f:
+            f.write(traceback.format_exc())
+        return failed(HARNESS, stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
+    if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
+        record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
+        for case in cases:  # a failure this task recorded before is gone (other results stay: an
+            _forget_failure(case, cfg, task)  # identical rebuild must not re-run verify)
+        return None
+    write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
+    return _record(first, cfg, outcome, repros[first.key], judge_now=True)
+
+
+def _record(case: Case, cfg: Config, result: Result, repro: Path, judge_now: bool) -> str | None:
+    """Write the case's outcome (judged, in the verify task) and return the task's failure
+    message, or None. A build task's failure at the stage the case is listed at is left to the
+    case's verify task to judge, and does not fail the build task."""
+    if judge_now:
+        result = judge(case, result)
+    result.write(cfg.case_dir(case))
+    if not judge_now and result.status == ERROR and case.expect_stage == result.stage:
+        return None
+    return message(case, result, repro)
+
+
+def _forget_failure(case: Case, cfg: Config, task: str) -> None:
+    """Remove the case's result.json where it holds a failure at one of `task`'s stages."""
+    previous = read_result(cfg.case_dir(case))
+    if previous and TASK_OF_STAGE.get(previous.get("stage")) == task and \
+            outcome(Result.from_dict(previous)) in FAILURES:
+        (cfg.case_dir(case) / RESULT_FILE).unlink(missing_ok=True)
+
+
+def judge_recorded(case: Case, cfg: Config) -> str | None:
+    """The verify task of a case listed to fail before verify (at model, import or compile):
+    judge what that stage recorded. No recorded failure means the stage passed: xpass."""
+    from pipeline.run.repro import write_repro
+
+    case_dir = cfg.case_dir(case)
+    case_dir.mkdir(parents=True, exist_ok=True)
+    repro = write_repro(case, cfg, cfg.model_dir(case), case_dir)
+    recorded = read_result(case_dir)
+    if recorded:
+        result = Result.from_dict(recorded)
+    else:
+        result = Result.for_case(case, PASS, stages=read_all_stages(cfg.model_dir(case), case_dir))
+    return _record(case, cfg, result, repro, judge_now=True)
+
+
+def _ensure_input(case: Case, model_dir: Path) -> None:
+    """The case's input, saved before anything runs, so that repro.sh has it at every stage."""
+    from pipeline.checks.verify import INPUT, save_npy
+
+    if not (model_dir / INPUT).exists():
+        from pipeline.space.data import make_input
+
+        save_npy(model_dir / INPUT, make_input(case))
+
+
+def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:
+    """Record a failure the stage could not record itself (its Dask worker was lost, no answer
+    came): a harness error of each case, never an expected failure; the task's failure message."""
+    from pipeline.run.repro import write_repro
+
+    messages = []
+    for case in cases:
+        cfg.case_dir(case).mkdir(parents=True, exist_ok=True)
+        repro = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
+        result = Result.for_case(case, HARNESS, stage=stage, reason=reason,
+                                 stages=read_all_stages(cfg.model_dir(case), cfg.case_dir(case)))
+        messages.append(_record(case, cfg, result, repro, judge_now=True))
+    return "\n".join(m for m in messages if m)
+
+
+def model(cases: list[Case], cfg: Config) -> str | None:
+    from pipeline.core.isolate import call, warm
+    from pipeline.frontends import model_onnx, model_tflite
+
+    case = cases[0]
+    warm_up, build = {"tflite": (model_tflite.warm_up, model_tflite.build_tflite),
+                      "onnx": (model_onnx.warm_up, model_onnx.build_onnx)}[case.backend]
+
+    def work(model_dir: Path, log: Path) -> None:
+        call(build, case, model_dir / case.model_file, helper="model", stage="model",
+             timeout=cfg.timeout, log=log)
+
+    def prepare(log: Path) -> None:
+        log.unlink(missing_ok=True)
+        warm(warm_up, helper="model", stage="model", log=log)
+
+    return _run("model", "model", cases, cfg, work, prepare)
+
+
+def mlir(cases: list[Case], cfg: Config) -> str | None:
+    from pipeline.core.isolate import call, warm
+    from pipeline.frontends.importer import WARM_UP, import_model
+
+    case = cases[0]
+
+    def work(model_dir: Path, log: Path) -> None:
+        call(import_model, case, model_dir / case.model_file, model_dir / MLIR, log, cfg.timeout,
+             helper="import", stage="import", timeout=cfg.timeout, log=log)
+
+    def prepare(log: Path) -> None:
+        log.unlink(missing_ok=True)
+        warm(WARM_UP[case.backend], helper="import", stage="import", log=log)
+
+    return _run("mlir", "import", cases, cfg, work, prepare)
+
+
+def vmfb(case: Case, cfg: Config) -> str | None:
+    from pipeline.targets.compiler import compile_mlir
+
+    target = cfg.target(case.target)
+
+    def work(case_dir: Path, log: Path) -> None:
+        log.unlink(missing_ok=True)
+        compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB, compiler=target.compiler,
+                     flags=target.compile_flags(case.variant), timeout=cfg.timeout, log=log,
+                     profiling=target.profile.profiling)
+
+    return _run("vmfb", "compile", [case], cfg, work)
+
+
+def verify(case: Case, cfg: Config) -> str | None:
+    """Run and check the case, and judge it; a case listed to fail before verify is judged
+    on what its listed stage recorded."""
+    if case.expect_stage and TASK_OF_STAGE[case.expect_stage] != "verify":
+        return judge_recorded(case, cfg)
+    from pipeline.checks.oracle import warm_up
+    from pipeline.checks.verify import verify_case
+    from pipeline.core.isolate import warm
+
+    def work(case_dir: Path, log: Path) -> Result:
+        return verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
+                           benchmark=cfg.benchmark)
+
+    def prepare(log: Path) -> None:
+        for stale in ("run.log", "oracle.log", "benchmark.log"):
+            (log.parent / stale).unlink(missing_ok=True)
+        warm(warm_up, helper="oracle", stage="oracle", log=log.parent / "oracle.log")
+
+    return _run("verify", "verify", [case], cfg, work, prepare)
+
+
+TASK_FUNCTIONS = {"model": model, "mlir": mlir, "vmfb": vmfb, "verify": verify}  # pipeline/core/chain.py's TASKS

@@ -1,0 +1,136 @@
+"""Cases: one geometry in one backend and flavor, named as the artifact folder,
+the doit subtask and the pytest id alike.
+
+Low-level module: imports only geometry, frontends, expected and errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from pipeline.core.errors import ConfigError
+from pipeline.space.expected import Expectation, match
+from pipeline.space.refusal import refusal
+from pipeline.space.geometry import Geometry
+
+# backend -> its flavors, in sweep order
+FLAVORS = {
+    "tflite": ("f32", "w8if32", "w8i8"),
+    "onnx": ("f32", "bf16"),
+}
+VARIANTS = tuple(f"{b}_{f}" for b, flavors in FLAVORS.items() for f in flavors)
+MODEL_FILE = {"tflite": "model.tflite", "onnx": "model.onnx"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One geometry in one backend and flavor."""
+
+    geometry: Geometry  # the convolution
+    backend: str  # "tflite" (built from tf.keras) or "onnx" (built from torch)
+    flavor: str  # one of FLAVORS[backend]
+    category: str = "custom"  # the sweep category that drew the geometry
+    compile_only: bool = False  # verify checks that it compiles and runs, not the numbers
+    expected: Expectation | None = None  # its entry in the target's expected-failures list
+    target: str = "llvm-cpu"  # the target profile it is compiled for and run on
+
+    def __post_init__(self) -> None:
+        check_variant(self.backend, self.flavor)
+
+    @property
+    def expect_stage(self) -> str | None:
+        """The stage it is listed to fail at, if listed."""
+        return self.expected.stage if self.expected else None
+
+    @property
+    def variant(self) -> str:
+        return f"{self.backend}_{self.flavor}"
+
+    @cached_property
+    def name(self) -> str:
+        return f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
+
+    @cached_property
+    def key(self) -> str:
+        """The case on its target: the name of its vmfb:/verify: tasks and its pytest id."""
+        return f"{self.name}@{self.target}"
+
+    @property
+    def model_file(self) -> str:
+        return MODEL_FILE[self.backend]
+
+    @property
+    def seed(self) -> int:
+        """Seed of this case's inputs: stable across runs and machines."""
+        return _stable_hash(self.name)
+
+    @property
+    def weight_seed(self) -> int:
+        """Seed of the model's weights: one per geometry, shared by every flavor."""
+        return _stable_hash(self.geometry.id)
+
+
+def _stable_hash(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
+def check_variant(backend: str, flavor: str, field: str = "flavor") -> None:
+    if backend not in FLAVORS:
+        raise ConfigError("backend", backend, f"must be one of {', '.join(FLAVORS)}")
+    if flavor not in FLAVORS[backend]:
+        raise ConfigError(field, flavor, f"is not a {backend} flavor; known: {', '.join(FLAVORS[backend])}")
+
+
+def parse_variants(text: str, field: str) -> frozenset[str]:
+    """Comma-separated backend_flavor names (e.g. "onnx_bf16,tflite_w8i8"), each checked."""
+    out = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item not in VARIANTS:
+            raise ConfigError(field, item, f"is not a known flavor; known: {', '.join(VARIANTS)}")
+        out.add(item)
+    return frozenset(out)
+
+
+def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset(),
+               expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS) -> list[Case]:
+    """Every (category, geometry) in every backend and flavor the target supports and the
+    backend's frontend can build (see `refused`), with its expected failure if listed."""
+    cases = []
+    for category, geometry in sampled:
+        for backend, flavors in FLAVORS.items():
+            if refusal(geometry, backend):
+                continue
+            for flavor in flavors:
+                if f"{backend}_{flavor}" not in variants:
+                    continue
+                case = Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only,
+                            target=target)
+                expected = match(case.name, expectations) if expectations else None
+                if expected:
+                    case = replace(case, expected=expected)
+                cases.append(case)
+    return cases
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A case the sweep would have had, were its frontend able to build the geometry."""
+
+    name: str  # the case name it would have had
+    variant: str  # backend_flavor
+    category: str
+    reason: str
+
+
+def refused(sampled: list[tuple[str, Geometry]]) -> list[Refused]:
+    """The cases not generated because their backend's frontend refuses the geometry."""
+    out = []
+    for category, geometry in sampled:
+        for backend, flavors in FLAVORS.items():
+            reason = refusal(geometry, backend)
+            if reason:
+                out += [Refused(Case(geometry, backend, flavor, category).name, f"{backend}_{flavor}", category, reason)
+                        for flavor in flavors]
+    return out

@@ -1,0 +1,1 @@
+"""The targets: profiles, the Torq toolchain, compile, run, module signatures, benchmark timings."""

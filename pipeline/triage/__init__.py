@@ -1,0 +1,1 @@
+"""Triage: shrinking a failing case, comparing two runs."""
