@@ -8,11 +8,19 @@ yields, and the nodes a finished task releases, go to the front of the queue (in
 they came), so the first chains complete within seconds. How many tasks are in flight, and so
 the throughput, stays doit's. CONV_SWEEP_ORDER=breadth keeps doit's own order (to compare).
 
+doit has no documented hook for the order of ready tasks, so this module replaces two methods
+of its private TaskDispatcher (doit.control). It is written against the TaskDispatcher of doit
+0.37.0, the version pyproject.toml pins: install() patches only that exact class source and
+says so loudly otherwise, and tests/test_order.py fails when doit changes.
+
 Imports doit: loaded with the reporters (doit plugins), before any task runs.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
+import sys
 from collections import deque
 
 from doit.control import TaskDispatcher
@@ -32,6 +40,14 @@ class _DepthFirst(deque):
         return super().popleft()
 
 
+# sha256 of inspect.getsource(doit.control.TaskDispatcher) in doit 0.37.0
+WRITTEN_FOR = "7f6a4a56793fd349532ff45c3dcecb03fe2769192c450240735d53592ce64f97"
+
+
+def dispatcher_digest() -> str:
+    return hashlib.sha256(inspect.getsource(TaskDispatcher).encode()).hexdigest()
+
+
 _init = TaskDispatcher.__init__
 _update_waiting = TaskDispatcher._update_waiting
 
@@ -47,6 +63,11 @@ def _update_waiting_first(self, processed):
 
 
 def install() -> None:
-    if os.environ.get("CONV_SWEEP_ORDER", "chains") != "breadth":
-        TaskDispatcher.__init__ = _init_depth_first
-        TaskDispatcher._update_waiting = _update_waiting_first
+    if os.environ.get("CONV_SWEEP_ORDER", "chains") == "breadth":
+        return
+    if dispatcher_digest() != WRITTEN_FOR:
+        print("conv-sweep: this doit's task dispatcher is not the one pipeline/engine/order.py was written for "
+              "(doit 0.37.0): tasks run in doit's own breadth-first order", file=sys.stderr)
+        return
+    TaskDispatcher.__init__ = _init_depth_first
+    TaskDispatcher._update_waiting = _update_waiting_first

@@ -2,13 +2,34 @@
 the last model is built; doit's own breadth-first order (CONV_SWEEP_ORDER=breadth) builds every
 model first. Both through `doit -r json`, whose task records carry their start times."""
 import json
+from importlib import metadata
 
 import pytest
+
+from pipeline.engine import order as depth_first
 
 from helpers import clean_env, doit, write_spec
 from test_dodo import SMALL
 
-pytestmark = pytest.mark.slow
+
+
+def test_the_order_patch_is_for_the_pinned_doit():
+    """The patch replaces private methods: it holds only for the dispatcher it was written for."""
+    pinned = next(r for r in metadata.requires("conv-sweep") if r.startswith("doit"))
+    assert pinned == f"doit=={metadata.version('doit')}" == "doit==0.37.0", pinned
+    assert depth_first.dispatcher_digest() == depth_first.WRITTEN_FOR, \
+        "doit's TaskDispatcher changed: re-check pipeline/engine/order.py against it, then update WRITTEN_FOR"
+
+
+def test_the_depth_first_queue_puts_what_is_released_first():
+    queue = depth_first._DepthFirst(["a", "b"])
+    queue.append("x")
+    queue.append("y")  # consecutive appends keep their order, ahead of what waited
+    assert list(queue) == ["x", "y", "a", "b"]
+    assert queue.popleft() == "x"
+    queue.append("z")
+    assert list(queue) == ["z", "y", "a", "b"]
+
 
 
 def _starts(run) -> dict[str, list[str]]:
@@ -20,6 +41,7 @@ def _starts(run) -> dict[str, list[str]]:
     return {stage: sorted(times) for stage, times in out.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["chains", "breadth"])
 def test_first_case_completes_before_the_last_model_in_chains_order(tmp_path, order):
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
