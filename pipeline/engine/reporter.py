@@ -60,6 +60,7 @@ class Progress:
         self.failed: set[str] = set()
         self.worked: set[str] = set()
         self.done = 0
+        self.total = 0  # set by initialize; a run stopped before it shows no line
         self.start = time.monotonic()
         self.last_print = 0.0
         self.shown = False
@@ -219,9 +220,10 @@ class SweepReporter(ConsoleReporter):
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
+        report = _report_at_end(selected_tasks, tasks)
+        _start(report)  # a tool that cannot start ends the run here: no progress line, no report
+        self.report = report
         self.progress.initialize(tasks, selected_tasks)
-        self.report = _report_at_end(selected_tasks, tasks)
-        _start(self.report)
         run = current()
         if self.report and run is not None:
             refused = run.cfg.refused()
@@ -289,8 +291,9 @@ class SweepJsonReporter(JsonReporter):
         self.executed = self.executed or ":conv_" in task.name
 
     def initialize(self, tasks, selected_tasks):  # doit's JsonReporter has no initialize of its own
-        self.report = _report_at_end(selected_tasks, tasks)
-        _start(self.report)  # the cluster's line goes to stderr: stdout holds only the JSON
+        report = _report_at_end(selected_tasks, tasks)
+        _start(report)  # the cluster's line goes to stderr: stdout holds only the JSON
+        self.report = report
         if self.report:
             os.environ[REPORT_AT_END] = "1"
 
