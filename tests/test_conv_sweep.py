@@ -42,7 +42,7 @@ def _params(cases, stages=None):
 
 JOBS = os.environ.get("CONV_SWEEP_JOBS", "2")
 
-pytestmark = pytest.mark.conv_sweep
+pytestmark = [pytest.mark.conv_sweep, pytest.mark.slow]  # slow too: `pytest -m "not slow"` leaves it out
 
 
 @pytest.fixture(scope="session")
