@@ -1,15 +1,20 @@
 """conv-sweep: convolution geometries through TFLite/ONNX -> MLIR -> a target's compiler -> run -> oracle.
 
-Layering: geometry, errors, executables, sweep, bucket, expected, cases, verdict, toolchain,
-targets, signature, config, data, tools are low-level and import no stage module (verdict judges
-an outcome against the expected-failures list); the stages (model_tflite,
-model_onnx, importer, compiler, runner, oracle, verify) build on them, the Python-heavy ones running in helper processes (isolate);
-`stages` is what the task runner calls; report, report_html and repro only read results.
-Only durable_db and doit_reporter import doit (doit loads them as plugins).
+The layers, top to bottom; a module imports only from its own layer and those below it, lazy
+imports inside functions included (import-linter checks it: [tool.importlinter] in pyproject.toml):
+
+    engine     doit tasks, reporters, the durable DB, the depth-first order, Dask, the benchmark
+    triage     shrink a failing case; compare two runs
+    results    the report: summary, results.json, junit, report.html
+    run        the stage functions the engine calls (one table), and repro
+    checks     reference, oracle, tolerance, compare, verify
+    config     the knobs (CONV_SWEEP_*), read and checked; creates nothing
+    frontends  models (tf.keras, torch) and their import to MLIR   |   targets  profiles, toolchain,
+                                                                    |   compile, run, signature, perf
+    outcome    buckets, result records, verdicts
+    space      geometry, sweep, cases, data, shards, the expected-failures list
+    core       the stage table (chain), errors, tools, helper processes (isolate), fingerprints
+
+Only the engine imports doit and Dask; only the frontends import TensorFlow and torch, inside
+functions that run in helper processes.
 """
-__all__ = [
-    "benchmark", "bucket", "cases", "compare", "compiler", "config", "data", "doit_reporter", "durable_db", "errors",
-    "executables", "expected", "fingerprint", "geometry", "importer", "integrity", "isolate", "model_onnx",
-    "model_tflite", "oracle", "reference", "repro", "report", "report_html", "result", "runner", "signature",
-    "stages", "sweep", "targets", "tolerance", "toolchain", "tools", "verdict", "verify",
-]

@@ -47,7 +47,12 @@ class DurableSqliteDB(SqliteDB):
 
     def __init__(self, name, codec, *, module_name=None):
         self._lock_fd = None
-        os.makedirs(os.path.dirname(name) or ".", exist_ok=True)  # the build folder: made when doit opens it
+        folder = os.path.dirname(name) or "."
+        try:
+            os.makedirs(folder, exist_ok=True)  # the build folder: made when doit opens it
+        except OSError as err:
+            raise SystemExit(f"conv-sweep: bad configuration: CONV_SWEEP_BUILD_DIR: cannot make {folder}: "
+                             f"{err.strerror}") from None
         if _needs_lock(sys.argv):
             self._lock_fd = _lock(name + ".lock")
         super().__init__(name, codec, module_name=module_name)
