@@ -1,6 +1,4 @@
 """Exceptions raised at the stage boundary.
-
-Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
 """Finding the executables of this environment, and telling whether one can start.
-
-Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ numeric failure (stage verify) is the names of the checks that failed: how many 
 the worst one lies and by how much depend on the geometry and its data, not on the failure mode.
 So a rerun of the same compiler on the same cases gives the same signatures, and one bug seen
 on many geometries is one bucket.
-
-Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 

@@ -9,8 +9,6 @@ entry in the expected-failures list.
 
 The outcome is kept in the result (stage, reason, notes["outcome"]), so a verdict can be judged
 again when the list changes without re-running the case.
-
-Low-level module: imports bucket, cases, expected and result.
 """
 from __future__ import annotations
 

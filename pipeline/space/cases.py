@@ -1,7 +1,5 @@
 """Cases: one geometry in one backend and flavor, named as the artifact folder,
 the doit subtask and the pytest id alike.
-
-Low-level module: imports only geometry, frontends, expected and errors.
 """
 from __future__ import annotations
 

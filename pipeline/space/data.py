@@ -1,6 +1,4 @@
 """Seeded weights and inputs: the same case gives the same numbers on every run and machine.
-
-Low-level module: imports only numpy (and ml_dtypes for bf16).
 """
 from __future__ import annotations
 

@@ -10,8 +10,6 @@ is an ordinary failure. Failures of the harness itself are never expected (pipel
 File format (JSON): {"expected_failures": [{"case": "conv_onnx_bf16_*_k9_*", "stage": "compile",
 "bucket": "compile: ...", "issue": "https://...", "comment": "..."}]}; `issue` (a link or a
 tracker id) and `comment` (the user's words) are optional and kept by `doit accept_failures`.
-
-Low-level module: imports only errors.
 """
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
 """Convolution geometry: one frozen value, its validation and its case id.
-
-Low-level module: imports nothing from the rest of the package.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """What each model frontend can express: a geometry a frontend refuses gets no case in that
 backend, and the reason is shown instead (`doit refused`, the run's first lines, the report).
-
-Low-level module: imports only geometry.
 """
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ cost of a case is an estimate in seconds: what every case pays (model, import, c
 1 s, more for TFLite's converter and for int8) plus its multiply-accumulates at a per-flavor
 rate (run and oracle). Shards are filled greedily, largest first, each model to the shard with
 the least cost so far (ties by name): the spread between shards stays below one model's cost.
-
-Low-level module: imports only cases and errors.
 """
 from __future__ import annotations
 

@@ -3,8 +3,6 @@
 To extend the default sweep, add or widen a category in DEFAULT_CATEGORIES; the case
 names, tasks and tests follow from it. A JSON spec file (CONV_SWEEP_SPEC) can replace
 the defaults without editing code; see docs/extending.md for its format.
-
-Low-level module: imports only geometry and errors.
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def mac_rate(perf: dict) -> tuple[float, str] | None:
     return None
 
 
-# --- across the sweep (report.py, report_html.py) -------------------------------------------------
+# --- across the sweep (results/report.py, results/html.py) -------------------------------------------------
 
 def rated(entries: list[dict]) -> list[tuple[dict, float, str]]:
     """(entry, MAC rate, unit) of every passing case with one."""

@@ -8,8 +8,6 @@ requantization follows, and whether the compiler reports an estimated execution 
 Built-in profiles live in pipeline/targets/targets.json (llvm-cpu, vmvx, torq); a JSON file in the
 same format (CONV_SWEEP_TARGETS_FILE) adds profiles or overrides fields of existing ones.
 A profile may name a `base` whose fields it inherits.
-
-Low-level module: imports only cases, errors, executables and toolchain.
 """
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ First choice, the function's `iree.abi.declaration` reflection, as the module du
 Modules that carry none (those built from iree-import-onnx output) take the imported MLIR's
 entry function instead:
     func.func @main_graph(%arg0: !torch.vtensor<[1,3,8,8],f32>) -> !torch.vtensor<[1,4,6,6],f32>
-
-Low-level module: imports only errors and tools.
 """
 from __future__ import annotations
 

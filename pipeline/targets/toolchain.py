@@ -13,8 +13,6 @@ Nothing on the system changes.
 An install is built in a temporary folder and renamed into place once complete, its manifest
 (`toolchain.json`: wheel versions and digests, C runtime package versions) written last: a
 killed install leaves no folder that is trusted. A second install finds it and does nothing.
-
-Low-level module: imports only executables.
 """
 from __future__ import annotations
 

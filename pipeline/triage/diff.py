@@ -9,8 +9,6 @@ whose error-to-tolerance ratio moved by more than a factor of 2, and cases slowe
 beyond the noise (pipeline/targets/perf.py: `changes`: the larger of the two runs' spreads plus the
 machine's run-to-run noise), with how far the timed cases moved between the runs. Written as a terminal table,
 compare.html (self-contained) and junit.xml (a failure per regression) in the output folder.
-
-Low-level module: imports only report (bucket signatures, tables), report_html (the page), perf and errors.
 """
 from __future__ import annotations
 
