@@ -1,4 +1,5 @@
-"""The benchmark script runs, at its smallest size, so that it cannot rot (figures are not checked)."""
+"""The benchmark script runs, at its smallest size, so that it cannot rot (figures are not checked);
+its pieces (the tool-time floor from result.json files, counting started tasks) on their own."""
 import json
 import subprocess
 import sys
@@ -7,9 +8,10 @@ import pytest
 
 from helpers import ROOT, clean_env, write_spec
 
-pytestmark = pytest.mark.slow
+from pipeline.engine import benchmark
 
 
+@pytest.mark.slow
 def test_benchmark_runs_and_reports_every_figure(tmp_path):
     spec = write_spec(tmp_path / "spec.json", [
         {"category": "tiny", "rank": 1, "spatial": [16], "kernel": [3], "stride": [1], "c_in": 2, "c_out": 2}])
@@ -36,3 +38,17 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
                                       "verify rerun with / without CONV_SWEEP_BENCHMARK=1",
                                       "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)"}
     assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout
+
+
+def test_intrinsic_sums_every_stage_of_every_result(tmp_path):
+    for case, target, seconds in [("a", "llvm-cpu", 1.0), ("a", "torq", 2.0), ("b", "llvm-cpu", 0.5)]:
+        folder = tmp_path / "cases" / case / target
+        folder.mkdir(parents=True)
+        stages = {"compile": {"seconds": seconds}, "run": {"seconds": seconds / 2}}
+        (folder / "result.json").write_text(json.dumps({"stages": stages}))
+    totals = benchmark.intrinsic(tmp_path)
+    assert totals["compile"] == 3.5 and totals["run"] == 1.75 and totals["model"] == 0.0
+
+
+def test_executed_counts_the_lines_of_started_tasks():
+    assert benchmark._executed(".  model:conv_a\n-- mlir:conv_a\n.  vmfb:conv_a@llvm-cpu\nother\n") == 2

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.engine import cluster
 from helpers import ROOT, clean_env, doit, executed, real_compiler, results, write_spec, write_wrapper
 from test_dodo import SMALL, swept  # noqa: F401  (swept: the reference, the same cases under doit -n 2)
 
-pytestmark = pytest.mark.slow
 
 
 def _vmfbs(build: Path) -> dict[str, bytes]:
     return {p.parent.parent.name: p.read_bytes() for p in sorted(build.glob("cases/*/llvm-cpu/model.vmfb"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("artifacts, said", [("auto", "artifacts: shared filesystem"),
                                              ("shipped", "artifacts: shipped as bytes (no shared filesystem)")])
 def test_local_cluster_gives_the_same_results_as_doit_workers(swept, tmp_path, artifacts, said):
@@ -60,6 +61,7 @@ exec {real} "$@"
 """
 
 
+@pytest.mark.slow
 def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
     wrapper = write_wrapper(tmp_path / "iree-compile-wrapper", WRAPPER, real_compiler())
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
@@ -106,6 +108,7 @@ def _wait_for_workers(address: str, count: int, timeout: float = 60) -> None:
             time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_scheduler_and_workers_started_by_hand(tmp_path):
     """`dask scheduler` and `dask worker --preload pipeline.engine.cluster`, as in the README; then a
     worker running a changed copy of the project is refused before any task."""
@@ -152,6 +155,7 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
         log.close()
 
 
+@pytest.mark.slow
 def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
     """local:1: the dead worker held the only copy of the run's configuration; the driver sends
     it again to the restarted worker, and the other cases run."""
@@ -172,3 +176,37 @@ def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
                               "conv_tflite_w8i8_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
     assert "Dask" in broken[lost]["reason"] and broken[lost]["status"] == "harness"
     assert len(found) == 10
+
+
+# ---------------------------------------------------------------- the pieces, without a cluster
+
+def test_sees_reads_the_probe_only_where_the_token_matches(tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_text("token-1")
+    assert cluster.sees(str(probe), "token-1")
+    assert not cluster.sees(str(probe), "token-2")
+    assert not cluster.sees(str(tmp_path / "absent"), "token-1")
+
+
+def test_relocate_rewrites_the_worker_folder_in_text_outputs_only():
+    text = b"log of /scratch/w1/cases/c/model.mlir"
+    assert cluster._relocate("cases/c/import.log", text, "/scratch/w1", "/home/u/build") == \
+        b"log of /home/u/build/cases/c/model.mlir"
+    assert cluster._relocate("cases/c/llvm-cpu/model.vmfb", text, "/scratch/w1", "/home/u/build") == text
+
+
+def test_first_difference_names_the_key_that_differs():
+    mine = {"python": "3.11.7", "project code": "a", "tools": {"x": 1}}
+    theirs = {"python": "3.11.7", "project code": "b", "tools": {"x": 1}}
+    assert cluster._first_difference(mine, theirs) == "project code: driver 'a', worker 'b'"
+    assert cluster._first_difference("a", "b") == "driver 'a', worker 'b'"
+
+
+def test_identity_is_stable_and_names_every_tool_of_the_targets(tmp_path):
+    from pipeline.config import Config
+
+    cfg = Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "build")})
+    before = cluster.identity(cfg)
+    assert before == cluster.identity(cfg) and before["python"] == sys.version.split()[0]
+    assert "llvm-cpu toolchain" in before["tools"]
+    assert {key.split()[1] for key in before["tools"]} >= {"compiler", "runner", "toolchain"}
