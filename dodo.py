@@ -80,6 +80,13 @@ def task_refused():
     return {"actions": [(tasks.print_refused, [RUN])], "verbosity": 2, "uptodate": [False]}
 
 
+def task_calibrate():
+    """Rewrite each selected target's cost calibration (the time limits) from this build folder's run."""
+    out = {"name": "out", "long": "out", "default": "",
+           "help": "write <target>.json into this folder instead of pipeline/targets/costs/"}
+    return {"actions": [(tasks.calibrate, [RUN])], "params": [out], "verbosity": 2, "uptodate": [False]}
+
+
 def task_accept_failures():
     """Rewrite the expected-failures file from the latest results (keeps issue links and comments)."""
     return {"actions": [(tasks.accept_failures, [RUN])], "verbosity": 2, "uptodate": [False]}

@@ -5,7 +5,9 @@ Knobs (all optional):
   CONV_SWEEP_BUILD_DIR      artifact root (default: build/ beside dodo.py)
   CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
   CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
-  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600)
+  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600): the hard upper limit
+  CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
+                            predicted cost, pipeline/targets/cost.py) or fixed (the hard limits only)
   CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
                             geometries at N = 50) or extended (adds same padding at any stride,
                             dilation, groups and depthwise, batch, non-power-of-two channels)
@@ -37,11 +39,15 @@ from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.executables import resolve
 from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
+from pipeline.space.geometry import macs as geometry_macs
+from pipeline.targets import cost
+from pipeline.targets.cost import Limit
 from pipeline.targets.profiles import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 600.0
 SHARED, SHIPPED = "shared", "shipped"  # how Dask workers reach the build folder
 ARTIFACT_MODES = ("auto", SHARED, SHIPPED)
+TIMEOUT_MODES = ("predicted", "fixed")  # CONV_SWEEP_TIMEOUTS
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,7 @@ class Config:
     artifacts: str = "auto"  # with a scheduler: how workers reach the build folder
     shard: tuple[int, int] | None = None  # (i, N): shard i of N of the cases
     benchmark: bool = False  # time each passing module with its target's benchmark tool
+    predicted_timeouts: bool = True  # compile and run limits follow the case's predicted cost
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -177,9 +184,12 @@ class Config:
         benchmark = env.get("CONV_SWEEP_BENCHMARK", "").strip() or "0"
         if benchmark not in ("0", "1"):
             raise ConfigError("CONV_SWEEP_BENCHMARK", benchmark, "must be 1 (time each module) or 0")
+        timeouts = env.get("CONV_SWEEP_TIMEOUTS", "").strip() or "predicted"
+        if timeouts not in TIMEOUT_MODES:
+            raise ConfigError("CONV_SWEEP_TIMEOUTS", timeouts, f"must be one of {', '.join(TIMEOUT_MODES)}")
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
-                   part, benchmark == "1")
+                   part, benchmark == "1", timeouts == "predicted")
 
     @cached_property
     def sampled(self):
@@ -201,6 +211,27 @@ class Config:
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)
+
+    def report_dir(self, target: str) -> Path:
+        return self.build_dir / "report" / target
+
+    def limit(self, case: Case, stage: str) -> Limit:
+        """The seconds one `stage` invocation (compile, run) of the case may take: the hard limit
+        (CONV_SWEEP_TIMEOUT, the profile's), lowered to the case's predicted cost
+        (pipeline/targets/cost.py) from the target's calibration, widened by what this build
+        folder's runs measured."""
+        profile = self.target(case.target).profile
+        rule = profile.rule(stage)
+        if rule is None or not rule.margin or not self.predicted_timeouts:
+            return cost.limit(rule, cost.Envelope(), 0, self.timeout)
+        calibration = profile.calibration or cost.calibration_path(profile.name)
+        envelope = cost.calibrated(calibration, stage).widened(cost.observed(self.report_dir(case.target), stage))
+        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout)
+
+    def observe(self, case: Case, stage: str, seconds: float) -> None:
+        """Record a completed invocation (its limit rises with it for larger cases)."""
+        if self.target(case.target).profile.rule(stage):
+            cost.observe(self.report_dir(case.target), stage, geometry_macs(case.geometry), seconds)
 
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for

@@ -43,7 +43,7 @@ def test_an_unmakeable_build_folder_names_the_knob(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, locked", [
     (["doit"], True), (["doit", "-n", "2", "sweep"], True), (["doit", "clean"], True),
     (["doit", "list", "--all"], False), (["doit", "info", "verify"], False),
-    (["doit", "shrink", "conv_x@torq"], False), (["doit", "-n", "2", "run", "shrink", "verify"], False),
+    (["doit", "shrink", "conv_x@torq"], False), (["doit", "calibrate"], False), (["doit", "-n", "2", "run", "shrink", "verify"], False),
 ])
 def test_which_commands_lock_the_build_folder(argv, locked):
     assert _needs_lock(argv) is locked

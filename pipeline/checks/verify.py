@@ -173,10 +173,11 @@ def _estimate(profile, case_dir: Path) -> float | None:
 
 
 def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float,
-                benchmark: bool = False) -> Result:
+                benchmark: bool = False, run_limit=None) -> Result:
     """Run and check one case on its target (a config.Target); write the inputs, expected and
     actual outputs and result.json in case_dir. With `benchmark`, a passing case's module is
-    also timed with the target's benchmark tool (pipeline/targets/perf.py)."""
+    also timed with the target's benchmark tool (pipeline/targets/perf.py). The run tool gets
+    `run_limit` (a pipeline/targets/cost.py Limit; else `timeout`), every other tool `timeout`."""
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / VMFB
     stages = read_all_stages(model_dir, case_dir)
@@ -210,7 +211,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     else:
         input_path = model_dir / INPUT  # the model's own input, as saved
     actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
-                               timeout=timeout, log=case_dir / "run.log")
+                               timeout=run_limit.seconds if run_limit else timeout, log=case_dir / "run.log",
+                               timeout_note=run_limit.cut_note() if run_limit else None)
     stages["run"] = {"seconds": round(seconds, 4)}
     save_npy(case_dir / ACTUAL, actual)
     if case.flavor == "w8if32":

@@ -18,8 +18,10 @@ class ConfigError(ValueError):
 class StageError(Exception):
     """A stage of one case failed: the case is recorded as an error at that stage."""
 
-    def __init__(self, stage: str, reason: str, argv: list[str] | None = None, log: str | None = None):
+    def __init__(self, stage: str, reason: str, argv: list[str] | None = None, log: str | None = None,
+                 seconds: float | None = None):
         self.stage, self.reason, self.argv, self.log = stage, reason, argv, log
+        self.seconds = seconds  # how long the failing tool ran, where it ended by itself (not cut)
         super().__init__(f"{stage}: {reason}")
 
     @property

@@ -47,6 +47,7 @@ VERIFY_KEY_EXEMPT = {
     "space.shard": "picks which cases a run takes",
     "space.sweep": "samples the geometries: which cases exist, not their verdicts",
     "targets.toolchain": "installs the Torq tools, whose identities are in the key",
+    "targets.cost": "the time limits: whether a tool may finish, not what a finished one produced",
 }
 
 

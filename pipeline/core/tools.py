@@ -6,6 +6,7 @@ output go to a log file in the case folder.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -60,17 +61,20 @@ def _diagnostic(text: str) -> str:
 
 
 def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None,
-             cwd: Path | None = None) -> float:
+             cwd: Path | None = None, timeout_note: str | None = None) -> float:
     """Run argv (in `cwd`, if given); append its command line and output to `log`; return its
     wall time in seconds.
 
-    Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout.
+    Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout; a
+    timeout's reason ends with `timeout_note` (why the limit was what it was), if given.
     """
-    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd)[0]
+    return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd,
+                           timeout_note=timeout_note)[0]
 
 
 def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
-                    env: dict | None = None, cwd: Path | None = None) -> tuple[float, str]:
+                    env: dict | None = None, cwd: Path | None = None,
+                    timeout_note: str | None = None) -> tuple[float, str]:
     """run_tool, also returning what the tool printed on stdout."""
     argv = [str(a) for a in argv]
     log = Path(log)
@@ -89,8 +93,9 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         stdout, stderr = proc.communicate()
-        _append_log(log, argv, f"timed out after {timeout:g} s", stdout, stderr)
-        raise StageError(stage, f"{Path(argv[0]).name} timed out after {timeout:g} s", argv, str(log)) from None
+        said = f"timed out after {timeout:g} s" + (f": {timeout_note}" if timeout_note else "")
+        _append_log(log, argv, said, stdout, stderr)
+        raise StageError(stage, f"{Path(argv[0]).name} {said}", argv, str(log)) from None
     finally:
         _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start
@@ -98,7 +103,7 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
     if proc.returncode != 0:
         detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
         reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
-        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log))
+        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log), seconds=elapsed)
     return elapsed, stdout.decode(errors="replace")
 
 
@@ -117,3 +122,22 @@ def _append_log(log: Path, argv: list[str], status: str, stdout, stderr) -> None
             if text.strip():
                 f.write(f"--- {name} ---\n{text.rstrip()}\n")
         f.write("\n")
+
+
+_STATUS = re.compile(r"^# (exit status -?\d+|killed by signal \w+) after ([\d.]+) s$")
+
+
+def logged_runs(log: Path) -> list[tuple[str, float | None]]:
+    """(tool name, wall seconds) of every invocation a log records; seconds is None where the
+    tool did not end by itself (timed out, could not start)."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    runs = []
+    for command, status in zip(lines, lines[1:]):
+        if command.startswith("$ ") and status.startswith("# "):
+            words = command[2:].split(maxsplit=1)
+            match = _STATUS.match(status)
+            runs.append((Path(words[0]).name if words else "", float(match.group(2)) if match else None))
+    return runs

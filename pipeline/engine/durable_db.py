@@ -23,8 +23,9 @@ from doit.dependency import SqliteDB
 
 READ_ONLY_COMMANDS = {"list", "info", "help", "dumpdb", "tabcompletion"}
 # Tasks that touch no case artifact and no report: `doit shrink <case>` works in a folder of its
-# own (<build>/shrink/<case>), so it may run beside a sweep, or beside another shrink.
-UNLOCKED_TASKS = {"shrink"}
+# own (<build>/shrink/<case>), so it may run beside a sweep, or beside another shrink; `doit
+# calibrate` only reads the case folders' logs.
+UNLOCKED_TASKS = {"shrink", "calibrate"}
 
 
 def _command(argv: list[str]) -> str:

@@ -101,9 +101,12 @@ def _target_keys(cfg: Config) -> dict:
             if problem:
                 raise SystemExit(f"conv-sweep: bad configuration, nothing was run: target {p.name}: "
                                  f"{role} {tool['path']} cannot start: {problem}")
+        # the time limits are not in the keys: a limit decides whether a tool may finish, not
+        # what a finished one produced (a case cut by one fails, and runs again unless it is listed)
+        profile = {k: v for k, v in p.to_dict().items() if k != "timeouts"}
         keys[p.name] = (
             {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
-            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": p.to_dict(),
+            {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": profile,
              **({"benchmark": tools["benchmark_tool"]} if "benchmark_tool" in tools else {})})  # re-runs verify only
     return keys
 
@@ -287,6 +290,13 @@ def accept_failures(run: Run):
     from pipeline.results.report import accept_failures
 
     accept_failures(run.cfg, run.cases)
+
+
+def calibrate(run: Run, out):
+    from pipeline.results.calibrate import calibrate
+
+    for line in calibrate(run.cfg, run.cases, Path(out) if out else None):
+        print(line)
 
 
 def compare(run: Run, old, new, out, noise_floor):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.space.cases import Case
@@ -112,6 +113,17 @@ def judge_recorded(case: Case, cfg: Config) -> str | None:
     return _record(case, cfg, result, repro, judge_now=True)
 
 
+@contextmanager
+def _observed(case: Case, cfg: Config, stage: str):
+    """A tool of `stage` that failed by itself (not cut) still says how long the stage takes."""
+    try:
+        yield
+    except StageError as err:
+        if err.stage == stage and err.seconds is not None:
+            cfg.observe(case, stage, err.seconds)
+        raise
+
+
 def _ensure_input(case: Case, model_dir: Path) -> None:
     """The case's input, saved before anything runs, so that repro.sh has it at every stage."""
     from pipeline.checks.verify import INPUT, save_npy
@@ -177,12 +189,16 @@ def vmfb(case: Case, cfg: Config) -> str | None:
     from pipeline.targets.compiler import compile_mlir
 
     target = cfg.target(case.target)
+    limit = cfg.limit(case, "compile")
 
     def work(case_dir: Path, log: Path) -> None:
         log.unlink(missing_ok=True)
-        compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB, compiler=target.compiler,
-                     flags=target.compile_flags(case.variant), timeout=cfg.timeout, log=log,
-                     profiling=target.profile.profiling)
+        with _observed(case, cfg, "compile"):
+            seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB,
+                                   compiler=target.compiler, flags=target.compile_flags(case.variant),
+                                   timeout=limit.seconds, log=log, profiling=target.profile.profiling,
+                                   timeout_note=limit.cut_note())
+        cfg.observe(case, "compile", seconds)
 
     return _run("vmfb", "compile", [case], cfg, work)
 
@@ -197,8 +213,12 @@ def verify(case: Case, cfg: Config) -> str | None:
     from pipeline.core.isolate import warm
 
     def work(case_dir: Path, log: Path) -> Result:
-        return verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
-                           benchmark=cfg.benchmark)
+        with _observed(case, cfg, "run"):
+            result = verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
+                                 benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"))
+        if "run" in result.stages:
+            cfg.observe(case, "run", result.stages["run"]["seconds"])
+        return result
 
     def prepare(log: Path) -> None:
         for stale in ("run.log", "oracle.log", "benchmark.log"):

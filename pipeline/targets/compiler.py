@@ -38,7 +38,7 @@ def check_vmfb(path: Path, compiler: str = "the compiler") -> None:
 
 
 def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...], timeout: float,
-                 log: Path, profiling: tuple[str, ...] = ()) -> float:
+                 log: Path, profiling: tuple[str, ...] = (), timeout_note: str | None = None) -> float:
     """Write `vmfb` from `mlir`; return the compiler's wall time in seconds.
 
     With `profiling` flags (naming the timeline file as {csv}), the same compile also writes
@@ -55,7 +55,7 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
         extra = tuple(flag.replace("{csv}", Path(csv).name) for flag in profiling)
         command = compile_command(compiler, Path(os.path.relpath(mlir, vmfb.parent)), Path(Path(tmp).name),
                                   flags + extra)
-        elapsed = run_tool(command, stage=STAGE, timeout=timeout, log=log, cwd=vmfb.parent)
+        elapsed = run_tool(command, stage=STAGE, timeout=timeout, log=log, cwd=vmfb.parent, timeout_note=timeout_note)
         try:
             check_vmfb(tmp, name)
         except StageError as err:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pipeline.space.cases import VARIANTS
+from pipeline.targets.cost import parse_rules
 from pipeline.core.errors import ConfigError, load_json
 from pipeline.core.executables import resolve
 
@@ -51,6 +52,12 @@ class Profile:
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
+    timeouts: tuple = ()  # (stage, cost.Rule) pairs: hard limit, margin and floor of compile and run
+    calibration: str | None = None  # the cost calibration file; None: pipeline/targets/costs/<name>.json
+
+    def rule(self, stage: str):
+        """The limit rule of a timed stage (pipeline/targets/cost.py), or None."""
+        return dict(self.timeouts).get(stage)
 
     def flags_for(self, variant: str) -> tuple[str, ...]:
         return self.flags + dict(self.flavor_flags).get(variant, ())
@@ -64,6 +71,8 @@ class Profile:
             value = getattr(self, f.name)
             if f.name in ("flavor_flags", "functions"):
                 value = {k: list(v) if isinstance(v, tuple) else v for k, v in value}
+            elif f.name == "timeouts":
+                value = {stage: rule.to_dict() for stage, rule in value}
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
@@ -72,7 +81,7 @@ class Profile:
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
 _REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
-                       "doc"}
+                       "doc", "timeouts", "calibration"}
 
 
 def _merge(raw: dict[str, dict], where: str, base: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -148,6 +157,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
     for field in ("expected_output", "converts_weights"):
         if not isinstance(data.get(field, True), bool):
             raise ConfigError(f"{here}.{field}", data[field], "must be true or false")
+    calibration = data.get("calibration")
+    if calibration is not None and (not isinstance(calibration, str) or not calibration):
+        raise ConfigError(f"{here}.calibration", calibration, "must be the path of a calibration file, or null")
     profiling = strings("profiling", data.get("profiling", []))
     if profiling and not any("{csv}" in flag for flag in profiling):
         raise ConfigError(f"{here}.profiling", data["profiling"], "must name the timeline file as {csv}")
@@ -160,7 +172,8 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         expected_output=data.get("expected_output", True), converts_weights=data.get("converts_weights", False),
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
-        toolchain=data.get("toolchain"))
+        toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
+        calibration=calibration)
 
 
 def _read(path: Path, field: str) -> dict:
@@ -176,7 +189,11 @@ def load_profiles(user_file: Path | None = None) -> dict[str, Profile]:
     where = "targets.json"
     if user_file is not None:
         where = f"CONV_SWEEP_TARGETS_FILE ({user_file})"
-        merged = _merge(_read(user_file, "CONV_SWEEP_TARGETS_FILE"), where, merged)
+        raw = _read(user_file, "CONV_SWEEP_TARGETS_FILE")
+        for entry in raw.values():  # a calibration file is named relative to the targets file
+            if isinstance(entry, dict) and isinstance(entry.get("calibration"), str) and entry["calibration"]:
+                entry["calibration"] = str(Path(user_file).parent / entry["calibration"])
+        merged = _merge(raw, where, merged)
     return {name: _profile(name, data, where) for name, data in merged.items()}
 
 

@@ -60,8 +60,9 @@ def load_npy(path: Path) -> np.ndarray:
 
 
 def run_vmfb(runner: str, run_flags: tuple[str, ...], vmfb: Path, signature: Signature, inputs: list[Path],
-             io: str, *, timeout: float, log: Path) -> tuple[np.ndarray, float]:
-    """The module's first output, and the run's wall time in seconds."""
+             io: str, *, timeout: float, log: Path, timeout_note: str | None = None) -> tuple[np.ndarray, float]:
+    """The module's first output, and the run's wall time in seconds (a timeout's reason ends
+    with `timeout_note`)."""
     out_type = signature.outputs[0]
     raw = raw_io(io, out_type)
     fd, name = tempfile.mkstemp(prefix=".actual.", suffix=".bin" if raw else ".npy", dir=Path(log).parent)
@@ -69,7 +70,7 @@ def run_vmfb(runner: str, run_flags: tuple[str, ...], vmfb: Path, signature: Sig
     tmp = Path(name)
     try:
         elapsed = run_tool(run_command(runner, run_flags, vmfb, signature, inputs, tmp, io), stage=STAGE,
-                           timeout=timeout, log=log)
+                           timeout=timeout, log=log, timeout_note=timeout_note)
         if raw:
             data = np.fromfile(tmp, dtype=np.uint8)
             expected_bytes = int(np.prod(out_type.shape)) * out_type.dtype.itemsize

@@ -1,0 +1,244 @@
+"""Time limits that follow a case's cost: a stage's predicted seconds from its MACs, measured.
+
+A tool that hangs on a 270-MAC case should not hold a core for the ten minutes a c512 compile
+may legitimately need. Each target profile names, per timed stage (compile, run), a hard limit
+and the rule for a case's own limit (`timeouts` in pipeline/targets/targets.json):
+
+    limit = min(CONV_SWEEP_TIMEOUT, hard, max(floor, margin × predicted(MACs)))
+
+predicted(MACs) comes from the target's calibration (pipeline/targets/costs/<target>.json),
+written by `doit calibrate` from a measured run: the upper envelope of the stage's measured
+wall time against MACs. Every completed invocation counts, passing or failing with a message
+(a compile that fails after 40 s must still fail with its message, not be cut); a timed-out
+one does not (its time says nothing but the limit). The envelope is kept as its corner points
+(MACs, seconds), each the slowest time of any case with at most that many MACs, so it never
+falls as MACs grow:
+
+    predicted(M) = the slowest measured time of any case with at most SPAN × M MACs
+
+(the slowest of cases up to half a decade larger, SPAN = 10 ** 0.5: a stage's time grows at
+most in proportion to its MACs, so a case up to SPAN times larger than the envelope's nearest
+point is covered by the margin). A case larger than SPAN × the largest calibrated one has no
+prediction: it gets the hard limit. The margin (a multiple of the slowest time seen at that
+size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
+start-up under load) are in the profile, with their reasons in docs/targets.md.
+
+A run's own completed invocations widen the envelope as they finish, never narrow it
+(`observe`, per build folder): a slow case the calibration did not see raises the limits of
+every case at least its size, for the rest of that run and the next.
+
+A case cut at its predicted limit says so in its reason: the limit, the prediction and its
+MACs, so that it is a bucket of its own, apart from a hang cut at the hard limit.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError, load_json
+from pipeline.core.tools import write_text
+
+COSTS_DIR = Path(__file__).parent / "costs"
+TIMED = ("compile", "run")  # the stages whose limit follows the case's cost
+SPAN = 10 ** 0.5
+OBSERVED = "observed-costs.jsonl"  # in <build>/report/<target>/: this folder's completed invocations
+_RULE_FIELDS = {"limit", "margin", "floor"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One stage's limit rule in a profile."""
+
+    limit: float  # hard limit of the stage on this target, seconds (CONV_SWEEP_TIMEOUT caps it too)
+    margin: float = 0.0  # limit = margin × predicted; 0: no predicted limit, the hard one only
+    floor: float = 0.0  # no predicted limit is below this many seconds
+
+    def to_dict(self) -> dict:
+        return {"limit": self.limit, "margin": self.margin, "floor": self.floor}
+
+
+def parse_rules(value, where: str) -> tuple[tuple[str, Rule], ...]:
+    """A profile's `timeouts` field: {stage: {limit, margin, floor}} for stages of TIMED."""
+    if not isinstance(value, dict):
+        raise ConfigError(where, value, "must be an object of {stage: {limit, margin, floor}}")
+    rules = []
+    for stage, raw in sorted(value.items()):
+        here = f"{where}.{stage}"
+        if stage not in TIMED:
+            raise ConfigError(here, raw, f"is not a timed stage; known: {', '.join(TIMED)}")
+        if not isinstance(raw, dict) or set(raw) - _RULE_FIELDS or "limit" not in raw:
+            raise ConfigError(here, raw, "must be an object with limit (and margin, floor)")
+        for field, number in raw.items():
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0 \
+                    or (field == "limit" and number <= 0):
+                raise ConfigError(f"{here}.{field}", number, "must be a positive number of seconds"
+                                  if field != "margin" else "must be a number >= 0")
+        rules.append((stage, Rule(**{k: float(v) for k, v in raw.items()})))
+    return tuple(rules)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """The corner points of measured seconds against MACs: MACs ascending, seconds rising, and
+    the largest case measured last (where the calibrated range ends)."""
+
+    points: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def of(cls, samples) -> "Envelope":
+        """The envelope of (macs, seconds) samples."""
+        corners, slowest, largest = [], -1.0, 0
+        for count, seconds in sorted(samples, key=lambda s: (s[0], -s[1])):
+            largest = int(count)
+            if seconds > slowest:
+                corners.append((int(count), float(seconds)))
+                slowest = seconds
+        if corners and largest > corners[-1][0]:  # the range ends at the largest case measured
+            corners.append((largest, slowest))
+        return cls(tuple(corners))
+
+    def widened(self, samples) -> "Envelope":
+        """The envelope with more samples, never predicting less than this one anywhere: a
+        sample counts at least at what this envelope predicts for its size (a fast small case
+        must not lower the limit of a case smaller still)."""
+        if not samples:
+            return self
+        raised = [(m, max(s, self.predict(m) or 0.0)) for m, s in samples]
+        return Envelope.of([*self.points, *raised])
+
+    def predict(self, count: int) -> float | None:
+        """Seconds predicted for a case of `count` MACs, or None beyond the calibrated range."""
+        if not self.points or count > SPAN * self.points[-1][0]:
+            return None
+        macs = [m for m, _ in self.points]
+        index = bisect.bisect_right(macs, SPAN * count) - 1
+        return self.points[max(index, 0)][1]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The seconds one tool invocation of a case is allowed, and why."""
+
+    seconds: float
+    hard: float  # what the limit would be without a prediction
+    predicted: float | None = None  # the stage's predicted seconds, where the calibration covers the case
+    macs: int = 0
+    margin: float = 0.0
+    floor: float = 0.0
+
+    @property
+    def cut_early(self) -> bool:
+        """Whether the prediction, not the hard limit, sets the limit."""
+        return self.seconds < self.hard
+
+    def cut_note(self) -> str | None:
+        """What a timeout at this limit adds to its reason: why the limit was this low."""
+        if not self.cut_early:
+            return None
+        return (f"cut at its predicted limit ({self.seconds:g} s = max(floor {self.floor:g} s, "
+                f"{self.margin:g} x {self.predicted:.3g} s predicted for {self.macs} MACs); hard limit {self.hard:g} s)")
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "hard": self.hard, "predicted": self.predicted}
+
+
+def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float) -> Limit:
+    """The limit of one invocation: the hard one (CONV_SWEEP_TIMEOUT and the profile's), lowered
+    to the case's predicted cost where the profile has a margin and the calibration covers it."""
+    hard = min(timeout, rule.limit) if rule else timeout
+    predicted = envelope.predict(count) if rule and rule.margin and envelope.points else None
+    if predicted is None:
+        return Limit(hard, hard, macs=count)
+    seconds = min(hard, max(rule.floor, rule.margin * predicted))
+    return Limit(round(seconds, 1), hard, predicted, count, rule.margin, rule.floor)
+
+
+# ------------------------------------------------------------------ calibration files
+
+def calibration_path(target: str) -> Path:
+    return COSTS_DIR / f"{target}.json"
+
+
+@lru_cache(maxsize=None)
+def _calibration(path: str, mtime: float) -> dict:
+    data = load_json(path, f"calibration {path}")
+    stages = data.get("stages") if isinstance(data, dict) else None
+    if not isinstance(stages, dict):
+        raise ConfigError(f"{path}.stages", stages, "must be an object of {stage: {points: [[macs, seconds], ...]}}")
+    envelopes = {}
+    for stage, entry in stages.items():
+        points = entry.get("points") if isinstance(entry, dict) else None
+        if stage not in TIMED or not isinstance(points, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p) for p in points):
+            raise ConfigError(f"{path}.stages.{stage}", entry, "must be {points: [[macs, seconds], ...]} "
+                              f"for a stage of {', '.join(TIMED)}")
+        envelopes[stage] = Envelope.of(points)
+    return envelopes
+
+
+def calibrated(path: Path, stage: str) -> Envelope:
+    """The envelope of a stage in a calibration file (empty where the file does not exist)."""
+    path = Path(path)
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return Envelope()
+    return _calibration(str(path), mtime).get(stage, Envelope())
+
+
+def write_calibration(target: str, samples: dict[str, list], measured: str, path: Path | None = None) -> Path:
+    """Write a target's calibration from (macs, seconds) samples per stage."""
+    path = path or calibration_path(target)
+    stages = {}
+    for stage in TIMED:
+        envelope = Envelope.of(samples.get(stage, []))
+        stages[stage] = {"invocations": len(samples.get(stage, [])),
+                         "points": [[m, round(s, 3)] for m, s in envelope.points]}
+    write_text(path, json.dumps({"measured": measured, "stages": stages}, indent=1) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------ a run's own observations
+
+def observe(report_dir: Path, stage: str, count: int, seconds: float) -> None:
+    """Record one completed invocation in the build folder (one appended line: concurrent
+    writers do not interleave within a line this short)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"stage": stage, "macs": count, "seconds": round(seconds, 3)}) + "\n"
+    fd = os.open(report_dir / OBSERVED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+_seen: dict[str, tuple[int, dict[str, list]]] = {}  # observation file -> (bytes read, samples per stage)
+
+
+def observed(report_dir: Path, stage: str) -> list[tuple[int, float]]:
+    """The completed invocations of `stage` recorded in this build folder. The file is read
+    on from where the last call stopped; a torn last line (a run killed while writing it) is
+    skipped."""
+    path = str(Path(report_dir) / OBSERVED)
+    offset, samples = _seen.get(path, (0, {}))
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < offset:  # the file was removed and begun again
+                offset, samples = 0, {}
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return []
+    complete = data[:data.rfind(b"\n") + 1]
+    for line in complete.decode(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            samples.setdefault(entry["stage"], []).append((int(entry["macs"]), float(entry["seconds"])))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    _seen[path] = (offset + len(complete), samples)
+    return list(samples.get(stage, []))

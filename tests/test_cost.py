@@ -1,0 +1,116 @@
+"""Time limits that follow a case's cost (pipeline/targets/cost.py): the envelope of measured
+times, the prediction and its range, the limit rule (floor, margin, hard limits), the reason a
+predicted cut gives and its bucket, the profile's rules checked field by field, calibration
+files, and a run's own observations."""
+import json
+
+import pytest
+
+from pipeline.core.errors import ConfigError
+from pipeline.outcome.bucket import signature
+from pipeline.targets import cost
+from pipeline.targets.cost import SPAN, Envelope, Rule, limit, parse_rules
+
+
+def test_the_envelope_keeps_the_slowest_time_at_or_below_each_size():
+    envelope = Envelope.of([(100, 1.0), (100, 0.5), (1000, 0.8), (5000, 3.0), (4000, 2.0), (10_000, 2.5)])
+    assert envelope.points == ((100, 1.0), (4000, 2.0), (5000, 3.0), (10_000, 3.0))  # the range's end last
+
+
+def test_a_prediction_covers_cases_up_to_half_a_decade_larger_and_no_further():
+    envelope = Envelope.of([(100, 1.0), (10_000, 4.0)])
+    assert envelope.predict(10) == 1.0  # below the smallest point: the smallest point's time
+    assert envelope.predict(100) == 1.0
+    assert envelope.predict(10_000 / SPAN + 1) == 4.0  # within SPAN of the larger point: its time
+    assert envelope.predict(3000) == 1.0
+    assert envelope.predict(int(10_000 * SPAN)) == 4.0
+    assert envelope.predict(int(10_000 * SPAN) + 1) is None  # beyond the calibrated range
+    assert Envelope().predict(5) is None
+
+
+def test_widening_only_raises_the_envelope():
+    envelope = Envelope.of([(100, 1.0), (10_000, 4.0)])
+    wider = envelope.widened([(50, 0.1), (1000, 9.0)])
+    assert wider.points == ((50, 1.0), (1000, 9.0), (10_000, 9.0))  # the fast small case counts at its prediction
+    for count in (1, 10, 50, 100, 1000, 10_000, 20_000):
+        assert wider.predict(count) >= envelope.predict(count)
+    assert wider.predict(1000) == 9.0
+    assert envelope.widened([]) is envelope
+
+
+def test_the_limit_is_the_predicted_one_within_the_floor_and_the_hard_limits():
+    envelope = Envelope.of([(100, 0.05), (10**9, 100.0)])
+    rule = Rule(limit=600, margin=5, floor=20)
+    tiny = limit(rule, envelope, 270, timeout=600)
+    assert tiny.seconds == 20 and tiny.predicted == 0.05 and tiny.cut_early  # the floor
+    big = limit(rule, envelope, 10**9, timeout=600)
+    assert big.seconds == 500 and big.predicted == 100.0  # margin x predicted
+    capped = limit(rule, envelope, 10**9, timeout=300)
+    assert capped.seconds == 300 and not capped.cut_early  # CONV_SWEEP_TIMEOUT stays the hard limit
+    outside = limit(rule, envelope, 10**11, timeout=600)
+    assert outside.seconds == 600 and outside.predicted is None and outside.cut_note() is None
+    assert limit(Rule(limit=100), envelope, 270, timeout=600).seconds == 100  # no margin: the hard limit
+    assert limit(None, envelope, 270, timeout=600).seconds == 600
+
+
+def test_a_predicted_cut_says_why_and_is_a_bucket_of_its_own():
+    envelope = Envelope.of([(100, 0.05), (10**9, 100.0)])
+    early = limit(Rule(limit=600, margin=5, floor=20), envelope, 270, timeout=600)
+    note = early.cut_note()
+    assert note == ("cut at its predicted limit (20 s = max(floor 20 s, 5 x 0.05 s predicted for 270 MACs); "
+                    "hard limit 600 s)")
+    cut = signature("run", f"torq-run-module timed out after 20 s: {note}")
+    hard = signature("run", "torq-run-module timed out after 600 s")
+    assert cut != hard and "predicted limit" in cut
+    other = limit(Rule(limit=600, margin=5, floor=20), envelope, 10**9, timeout=600)
+    assert signature("run", f"torq-run-module timed out after 500 s: {other.cut_note()}") == cut
+
+
+@pytest.mark.parametrize("value, field, problem", [
+    ([], "t.timeouts", "must be an object"),
+    ({"model": {"limit": 5}}, "t.timeouts.model", "is not a timed stage"),
+    ({"run": {"margin": 5}}, "t.timeouts.run", "must be an object with limit"),
+    ({"run": {"limit": 5, "speed": 1}}, "t.timeouts.run", "must be an object with limit"),
+    ({"run": {"limit": 0}}, "t.timeouts.run.limit", "must be a positive number"),
+    ({"run": {"limit": 5, "margin": -1}}, "t.timeouts.run.margin", "must be a number >= 0"),
+    ({"run": {"limit": 5, "floor": "x"}}, "t.timeouts.run.floor", "must be a positive number"),
+])
+def test_every_bad_rule_field_is_named(value, field, problem):
+    with pytest.raises(ConfigError) as caught:
+        parse_rules(value, "t.timeouts")
+    assert caught.value.field == field and problem in caught.value.problem
+
+
+def test_the_built_in_profiles_have_rules_for_compile_and_run():
+    from pipeline.targets.profiles import load_profiles
+
+    for profile in load_profiles().values():
+        assert {stage for stage, _ in profile.timeouts} == set(cost.TIMED), profile.name
+        assert all(rule.limit == 600 and rule.margin > 1 and rule.floor >= 20 for _, rule in profile.timeouts)
+
+
+def test_a_calibration_file_round_trips_and_a_bad_one_is_named(tmp_path):
+    path = cost.write_calibration("t", {"compile": [(10, 1.0), (100, 0.5), (1000, 2.0)], "run": []}, "by hand",
+                                  tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    assert data["stages"]["compile"] == {"invocations": 3, "points": [[10, 1.0], [1000, 2.0]]}
+    assert cost.Envelope.of([(10, 1.0), (100, 0.5)]).points == ((10, 1.0), (100, 1.0))
+    assert cost.calibrated(path, "compile").points == ((10, 1.0), (1000, 2.0))
+    assert cost.calibrated(path, "run").points == ()
+    assert cost.calibrated(tmp_path / "absent.json", "run").points == ()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stages": {"run": {"points": [[1]]}}}))
+    with pytest.raises(ConfigError, match="stages.run"):
+        cost.calibrated(bad, "run")
+
+
+def test_observations_are_read_as_they_grow_and_a_torn_line_is_skipped(tmp_path):
+    cost.observe(tmp_path, "run", 100, 1.5)
+    cost.observe(tmp_path, "compile", 100, 0.7)
+    assert cost.observed(tmp_path, "run") == [(100, 1.5)]
+    cost.observe(tmp_path, "run", 200, 2.5)
+    with open(tmp_path / cost.OBSERVED, "a") as f:
+        f.write('{"stage": "run", "macs": 3')  # a run killed while writing its line
+    assert cost.observed(tmp_path, "run") == [(100, 1.5), (200, 2.5)]
+    assert cost.observed(tmp_path, "compile") == [(100, 0.7)]
+    assert cost.observed(tmp_path / "nothing", "run") == []
