@@ -5,12 +5,12 @@ imports inside functions included (import-linter checks it: [tool.importlinter] 
 
     engine     doit tasks, reporters, the durable DB, the depth-first order, Dask, the benchmark
     triage     shrink a failing case; compare two runs
-    results    the report: summary, results.json, junit, report.html
+    results    the report: summary, results.json, junit, report.html; calibration and chain costs
     run        the stage functions the engine calls (one table), and repro
     checks     reference, oracle, tolerance, compare, verify
     config     the knobs (CONV_SWEEP_*), read and checked; creates nothing
     frontends  models (tf.keras, torch) and their import to MLIR   |   targets  profiles, toolchain,
-                                                                    |   compile, run, signature, perf
+                                                                    |   compile, run, signature, perf, cost
     outcome    buckets, result records, verdicts
     space      geometry, sweep, cases, data, shards, the expected-failures list
     core       the stage table (chain), errors, tools, helper processes (isolate), fingerprints

@@ -201,9 +201,24 @@ def _groups(run: Run, stage: str):
         for name, cases in shared.items():
             yield name, cases, os.path.join(cases_root, name), os.path.join(cases_root, name)
     else:
-        for case in run.cases:
+        for case in run.cases if stage != "verify" else _costliest_first(run):
             model_folder = os.path.join(cases_root, case.name)
             yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
+
+
+def _costliest_first(run: Run) -> list[Case]:
+    """The cases in the order their chains start (the sweep asks for verify tasks in this
+    order, and doit runs each one's chain depth first): the cheapest chain first, so that a
+    first result comes in seconds, then the most expensive, by last run's measured durations or
+    the cost model (pipeline/results/history.py), so that no long chain starts last and
+    leaves a core idle at the end."""
+    from pipeline.results.history import chain_costs
+
+    if len(run.cases) < 3:
+        return run.cases
+    costs = chain_costs(run.cfg, run.cases)
+    ranked = sorted(run.cases, key=lambda c: (-costs[c.key], c.key))
+    return [ranked[-1], *ranked[:-1]]
 
 
 def subtasks(run: Run, stage: str, stage_fn):

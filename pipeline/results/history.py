@@ -1,0 +1,66 @@
+"""What a chain costs, so that the most expensive ones start first and both cores stay busy to
+the end: the last run's measured durations, where its results file has the case, else the
+cost model.
+
+The last run's figures come from each target's `report/<target>/results.json` (one file per
+target, read once): the case's recorded stage seconds, and for a tool cut at a limit the
+limit it ran to. A case it does not hold, or whose failing stage recorded no time, is
+estimated: the per-flavor estimate sharding uses (pipeline/space/shard.py) plus the target's
+predicted compile and run seconds (pipeline/targets/cost.py), where its calibration covers
+the case.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from pipeline.space import shard
+from pipeline.targets import cost
+
+_CUT = re.compile(r"timed out after ([\d.]+) s")
+
+
+def _measured(entry: dict) -> float | None:
+    """Seconds the case's chain took in its last run, or None where a stage's time is unknown."""
+    seconds = sum(float(s.get("seconds", 0.0)) for s in (entry.get("stages") or {}).values())
+    outcome = (entry.get("notes") or {}).get("outcome") or entry.get("status")  # before judging, if judged
+    if outcome in ("pass", "fail", "compiled"):  # every stage ran to its end and recorded its time
+        return seconds
+    cut = _CUT.search(entry.get("reason") or "")
+    return seconds + float(cut.group(1)) if cut else None
+
+
+def last_run(cfg) -> dict[str, float]:
+    """case key -> the chain's measured seconds, from each selected target's last report."""
+    found = {}
+    for target in cfg.targets:
+        try:
+            document = json.loads((cfg.report_dir(target.name) / "results.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for entry in document.get("cases", []) if isinstance(document, dict) else []:
+            seconds = _measured(entry) if isinstance(entry, dict) else None
+            if seconds is not None:
+                found[f"{entry.get('case')}@{target.name}"] = seconds
+    return found
+
+
+def _envelopes(cfg, target: str) -> list:
+    profile = cfg.target(target).profile
+    calibration = profile.calibration or cost.calibration_path(profile.name)
+    return [cost.calibrated(calibration, stage) for stage in cost.TIMED]
+
+
+def estimate(case, envelopes) -> float:
+    """The cost model's seconds for the case's chain, with its target's envelopes."""
+    count = shard.macs(case)
+    predicted = (envelope.predict(count) for envelope in envelopes)
+    return shard.cost(case) + sum(p for p in predicted if p is not None)
+
+
+def chain_costs(cfg, cases) -> dict[str, float]:
+    """case key -> expected seconds of its chain: measured last time, else estimated."""
+    measured = last_run(cfg)
+    envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
+    return {case.key: measured[case.key] if case.key in measured else estimate(case, envelopes[case.target])
+            for case in cases}
