@@ -80,6 +80,15 @@ def task_refused():
     return {"actions": [(tasks.print_refused, [RUN])], "verbosity": 2, "uptodate": [False]}
 
 
+def task_prune_store():
+    """Prune the store of stage outputs (CONV_SWEEP_CACHE_DIR): entries unused for --days, then the oldest past --max-gb."""
+    params = [{"name": "days", "long": "days", "type": float, "default": 0,
+               "help": "remove entries not used for this many days (default 0: no age limit)"},
+              {"name": "max_gb", "long": "max-gb", "type": float, "default": 0,
+               "help": "then remove the least recently used until the store holds at most this many GB (0: no limit)"}]
+    return {"actions": [(tasks.prune_store, [RUN])], "params": params, "verbosity": 2, "uptodate": [False]}
+
+
 def task_calibrate():
     """Rewrite each selected target's cost calibration (the time limits) from this build folder's run."""
     out = {"name": "out", "long": "out", "default": "",

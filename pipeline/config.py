@@ -6,6 +6,8 @@ Knobs (all optional):
   CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
   CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 600): the hard upper limit
+  CONV_SWEEP_CACHE_DIR      the store of stage outputs shared by build folders (default
+                            ~/.cache/conv-sweep/store; off: none)
   CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
                             predicted cost, pipeline/targets/cost.py) or fixed (the hard limits only)
   CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
@@ -127,6 +129,7 @@ class Config:
     shard: tuple[int, int] | None = None  # (i, N): shard i of N of the cases
     benchmark: bool = False  # time each passing module with its target's benchmark tool
     predicted_timeouts: bool = True  # compile and run limits follow the case's predicted cost
+    cache_dir: Path | None = None  # the content-addressed store shared by build folders; None: off
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -187,9 +190,10 @@ class Config:
         timeouts = env.get("CONV_SWEEP_TIMEOUTS", "").strip() or "predicted"
         if timeouts not in TIMEOUT_MODES:
             raise ConfigError("CONV_SWEEP_TIMEOUTS", timeouts, f"must be one of {', '.join(TIMEOUT_MODES)}")
+        cache_dir = _cache_dir(env, base)
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
-                   part, benchmark == "1", timeouts == "predicted")
+                   part, benchmark == "1", timeouts == "predicted", cache_dir)
 
     @cached_property
     def sampled(self):
@@ -211,6 +215,12 @@ class Config:
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)
+
+    def store(self):
+        """The store of stage outputs (pipeline/core/store.py), or None where it is off."""
+        from pipeline.core.store import Store
+
+        return Store(self.cache_dir) if self.cache_dir else None
 
     def report_dir(self, target: str) -> Path:
         return self.build_dir / "report" / target
@@ -249,19 +259,31 @@ class Config:
         return self.build_dir / "cases" / case.name / case.target
 
 
-def _check_writable(build_dir: Path) -> None:
+def _cache_dir(env, base: Path) -> Path | None:
+    """CONV_SWEEP_CACHE_DIR: the store's folder, the default one where unset, None for `off`."""
+    from pipeline.core.store import DISABLED, default_dir
+
+    raw = env.get("CONV_SWEEP_CACHE_DIR", "").strip()
+    if raw.lower() in DISABLED:
+        return None
+    folder = base / Path(raw).expanduser() if raw else default_dir(env)
+    _check_writable(folder, "CONV_SWEEP_CACHE_DIR")
+    return folder
+
+
+def _check_writable(build_dir: Path, knob: str = "CONV_SWEEP_BUILD_DIR") -> None:
     """The build folder, or the folder it will be made in, is a writable folder; else the error
     names the knob. Nothing is created here: the first task (or doit's DB) makes the folder."""
-    if "@" in str(build_dir):
-        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
+    if "@" in str(build_dir) and knob == "CONV_SWEEP_BUILD_DIR":
+        raise ConfigError(knob, str(build_dir),
                           "must not contain '@': IREE's run tools read it as a separator in a module's path")
     existing = Path(os.path.abspath(build_dir))
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir), f"is not a writable folder ({existing} is a file)")
+        raise ConfigError(knob, str(build_dir), f"is not a writable folder ({existing} is a file)")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError("CONV_SWEEP_BUILD_DIR", str(build_dir),
+        raise ConfigError(knob, str(build_dir),
                           f"is not a writable folder (no permission to write in {existing})")
 
 

@@ -1,8 +1,11 @@
 """Running the public commands (doit) the way users do, in a temporary build folder."""
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,9 +17,23 @@ DOIT = [sys.executable, "-m", "doit"]
 HONOURED = ("CONV_SWEEP_IREE_COMPILE", "CONV_SWEEP_COMPILE_FLAGS", "CONV_SWEEP_TIMEOUT", "CONV_SWEEP_TOOLCHAIN_DIR")
 
 
+_store: list[Path] = []
+
+
+def test_store() -> Path:
+    """The store of stage outputs the tests' runs share: one per test session, made on first
+    use and removed when the session ends (never the user's own)."""
+    if not _store:
+        _store.append(Path(tempfile.mkdtemp(prefix="conv-sweep-test-store-")))
+        atexit.register(shutil.rmtree, _store[0], ignore_errors=True)
+    return _store[0]
+
+
 def clean_env(**knobs) -> dict:
-    """The environment without the user's sweep selection and build folder, plus `knobs`."""
+    """The environment without the user's sweep selection, build folder and store, plus
+    `knobs`; the store is the test session's unless `knobs` names one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_") or k in HONOURED}
+    env["CONV_SWEEP_CACHE_DIR"] = str(test_store())
     env.update({k: str(v) for k, v in knobs.items()})
     return env
 

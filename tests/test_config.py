@@ -34,6 +34,8 @@ def test_knobs_are_read(tmp_path):
     ({"CONV_SWEEP_TARGET": "vmvx,vmvx"}, "CONV_SWEEP_TARGET"),
     ({"CONV_SWEEP_TARGET": "llvm-cpu,vmvx", "CONV_SWEEP_EXPECTED_FAILURES": "x.json"}, "CONV_SWEEP_EXPECTED_FAILURES"),
     ({"CONV_SWEEP_TARGETS_FILE": "/no/such/targets.json"}, "CONV_SWEEP_TARGETS_FILE"),
+    ({"CONV_SWEEP_TIMEOUTS": "sometimes"}, "CONV_SWEEP_TIMEOUTS"),
+    ({"CONV_SWEEP_CACHE_DIR": "/dev/null/store"}, "CONV_SWEEP_CACHE_DIR"),
 ])
 def test_bad_knob_names_field_and_value(tmp_path, env, field):
     with pytest.raises(ConfigError) as err:
@@ -48,6 +50,14 @@ def test_unwritable_build_folder_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         Config.from_env({"CONV_SWEEP_BUILD_DIR": str(blocker / "build")})
     assert err.value.field == "CONV_SWEEP_BUILD_DIR" and "not a writable folder" in str(err.value)
+
+
+def test_the_store_defaults_to_the_user_cache_and_can_be_turned_off(tmp_path):
+    base = {"CONV_SWEEP_BUILD_DIR": str(tmp_path / "b"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert Config.from_env(base).cache_dir == tmp_path / "cache" / "conv-sweep" / "store"
+    assert Config.from_env({**base, "CONV_SWEEP_CACHE_DIR": "off"}).store() is None
+    assert Config.from_env({**base, "CONV_SWEEP_CACHE_DIR": "s"}, base_dir=tmp_path).cache_dir == tmp_path / "s"
+    assert not (tmp_path / "cache").exists()  # made by the first stage that stores, not by configuration
 
 
 def test_several_targets_share_the_geometries(tmp_path):

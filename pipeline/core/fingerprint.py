@@ -48,6 +48,9 @@ VERIFY_KEY_EXEMPT = {
     "space.sweep": "samples the geometries: which cases exist, not their verdicts",
     "targets.toolchain": "installs the Torq tools, whose identities are in the key",
     "targets.cost": "the time limits: whether a tool may finish, not what a finished one produced",
+    "core.store": "gives back files built before; verify keys on the files themselves (doit's file_dep digests)",
+    "core.fingerprint": "computes keys (this table, the store's keys); it decides no verdict",
+    "core.integrity": "digests files for keys and the store; it decides no verdict",
 }
 
 
@@ -129,6 +132,25 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
         known[key] = found
         write_text(cache, json.dumps(known, indent=1) + "\n")
     return {**identity, **known[key]}
+
+
+@lru_cache(maxsize=None)
+def _content_digest(real: str, size: int, mtime_ns: int) -> str:
+    with open(real, "rb") as f:
+        data = f.read()
+    if data.startswith(b"#!"):  # a script: its interpreter line names the venv it is installed in
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return hashlib.sha256(data).hexdigest()
+
+
+def tool_digest(path: str) -> str:
+    """A tool's identity that holds on any machine: the SHA-256 of its file's content (a
+    script's without its #! line, which names where it is installed), worked out once per
+    path, size and mtime. What a launcher script starts is identified on its own (the
+    packages' versions, the toolchain's wheel digests)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return _content_digest(real, st.st_size, st.st_mtime_ns)
 
 
 def describe_identity(identity: dict) -> str:

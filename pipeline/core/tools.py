@@ -43,6 +43,10 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode())
 
 
+# signals a tool raises on itself when it crashes (an assertion, a bad access): the same input crashes it again
+_CRASHES = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+
+
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -103,7 +107,8 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
     if proc.returncode != 0:
         detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
         reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
-        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log), seconds=elapsed)
+        raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log), seconds=elapsed,
+                         deterministic=proc.returncode > 0 or -proc.returncode in _CRASHES)
     return elapsed, stdout.decode(errors="replace")
 
 

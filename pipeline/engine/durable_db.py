@@ -24,8 +24,8 @@ from doit.dependency import SqliteDB
 READ_ONLY_COMMANDS = {"list", "info", "help", "dumpdb", "tabcompletion"}
 # Tasks that touch no case artifact and no report: `doit shrink <case>` works in a folder of its
 # own (<build>/shrink/<case>), so it may run beside a sweep, or beside another shrink; `doit
-# calibrate` only reads the case folders' logs.
-UNLOCKED_TASKS = {"shrink", "calibrate"}
+# calibrate` only reads the case folders' logs; `doit prune_store` works on the store alone.
+UNLOCKED_TASKS = {"shrink", "calibrate", "prune_store"}
 
 
 def _command(argv: list[str]) -> str:

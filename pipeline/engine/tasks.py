@@ -307,6 +307,18 @@ def accept_failures(run: Run):
     accept_failures(run.cfg, run.cases)
 
 
+def prune_store(run: Run, days, max_gb):
+    store = run.cfg.store()
+    if store is None:
+        return TaskFailed("conv-sweep: the store is off (CONV_SWEEP_CACHE_DIR=off): nothing to prune")
+    if days < 0 or max_gb < 0:
+        return TaskFailed(f"conv-sweep: doit prune_store --days={days} --max-gb={max_gb}: must be >= 0 (0: no limit)")
+    found = store.prune(max_age_days=days or None, max_bytes=int(max_gb * 1e9) if max_gb else None)
+    print(f"{store.root}: {found['entries_removed']} entries removed, {found['entries_kept']} kept; "
+          f"{found['bytes_freed'] / 1e6:.1f} MB freed, {found['bytes_kept'] / 1e6:.1f} MB kept")
+    return None
+
+
 def calibrate(run: Run, out):
     from pipeline.results.calibrate import calibrate
 

@@ -124,6 +124,18 @@ def stage_totals(entries: list[dict]) -> dict[str, float]:
     return dict(totals)
 
 
+def store_hits(entries: list[dict]) -> dict[str, dict]:
+    """Per stage that ran, how many cases took its outputs (or its failure) from the store."""
+    counts: dict[str, dict] = {}
+    for e in entries:
+        for stage, info in (e.get("stages") or {}).items():
+            if stage in ("model", "import", "compile"):
+                count = counts.setdefault(stage, {"from_store": 0, "of": 0})
+                count["of"] += 1
+                count["from_store"] += bool(info.get("store"))
+    return counts
+
+
 def int8_allowance(entries: list[dict]) -> dict:
     """How many passing w8i8 cases (and output elements) on a single-rounding target had the
     single-round value required where it differs from TFLite's (requantization ties)."""
@@ -173,6 +185,9 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if totals:
         parts.append("stage time (s): " + ", ".join(f"{s} {t:.1f}" for s, t in sorted(totals.items(), key=lambda i: -i[1])))
         parts.append("slowest: " + "; ".join(f"{stage} {case} {sec:.2f} s" for case, stage, sec in slowest(entries)))
+    hits = store_hits(entries)
+    if any(h["from_store"] for h in hits.values()):
+        parts.append("from the store: " + ", ".join(f"{stage} {h['from_store']} of {h['of']}" for stage, h in hits.items()))
     parts += performance_summary(entries)
     allowance = int8_allowance(entries)
     if allowance["cases"]:
@@ -245,7 +260,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
                 "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),
-                "stage_seconds": stage_totals(entries),
+                "stage_seconds": stage_totals(entries), "store": store_hits(entries),
                 "performance": by_flavor(entries),
                 "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}
                             for r in refused],

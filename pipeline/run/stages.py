@@ -20,13 +20,16 @@ from pathlib import Path
 from pipeline.space.cases import Case
 from pipeline.config import Config
 from pipeline.core.errors import StageError
-from pipeline.core.chain import MLIR, SHARED_TASKS, TASK_OF_STAGE, VMFB
+from pipeline.core.fingerprint import stage_fingerprint, tool_digest
+from pipeline.core.integrity import sha256
+from pipeline.core.store import key_of
+from pipeline.core.chain import MLIR, MLIR_BYTECODE, SHARED_TASKS, TASK_OF_STAGE, VMFB
 from pipeline.outcome.result import ERROR, FAIL, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
 from pipeline.outcome.verdict import judge, message, outcome
 
 FAILURES = (ERROR, FAIL, HARNESS)  # outcomes a build task records
 
-def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=None) -> str | None:
+def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=None, stored=None) -> str | None:
     """Run one task's work for `cases` (one model on several targets for the shared model and
     mlir tasks, else one case); `stage` names it in results (a task may fail at a later stage:
     verify fails at run, oracle or verify). `prepare` (one-off set-up, such as a helper process
@@ -34,7 +37,11 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
 
     A build task (model, mlir, vmfb) records a failure as the case's outcome and succeeds where
     the case is listed to fail at that stage, so that its verify task judges it against the
-    list; verify judges every outcome it records (pipeline/outcome/verdict.py)."""
+    list; verify judges every outcome it records (pipeline/outcome/verdict.py).
+
+    `stored` (a build task's): a function giving the store key of its outputs and their names
+    (pipeline/core/store.py). Outputs the store has are taken, not built (`prepare` is not
+    even run), and a failure it remembers is that failure again; what is built is stored."""
     from pipeline.run.repro import write_repro
 
     first = cases[0]
@@ -49,19 +56,32 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
         repros[case.key] = write_repro(case, cfg, cfg.model_dir(case), cfg.case_dir(case))
     log = work_dir / f"{stage}.log"
 
+    hit = None
+
     def failed(status, stage_, reason, log_):
         messages = []
         for case in cases:
-            result = Result.for_case(case, status, stage=stage_, reason=reason, log=log_,
-                                     stages=read_all_stages(cfg.model_dir(case), cfg.case_dir(case)))
+            stages = read_all_stages(cfg.model_dir(case), cfg.case_dir(case))
+            if hit and hit.outcome:  # counted as taken from the store, like outputs
+                stages[stage] = {"seconds": 0.0, "store": True}
+            result = Result.for_case(case, status, stage=stage_, reason=reason, log=log_, stages=stages)
             messages.append(_record(case, cfg, result, repros[case.key], judge_now=task == "verify"))
         return "\n".join(m for m in messages if m) or None
 
+    store = cfg.store() if stored else None
     try:
-        if prepare:
-            prepare(log)
         start = time.monotonic()
-        outcome = work(work_dir, log)
+        key, names = stored() if store else (None, ())
+        hit = store.get(key, work_dir, names) if store else None
+        if hit and hit.outcome:
+            _remembered(hit.outcome, store, key, log)
+        if hit:
+            log.write_text(f"# taken from the store ({store.root}, entry {key[:16]}): {', '.join(names)}\n")
+        if not hit:
+            if prepare:
+                prepare(log)
+            start = time.monotonic()
+            outcome = _built(work, work_dir, log, store, key, names, what=f"{stage} of {first.name}")
     except StageError as err:
         return failed(ERROR, err.stage, err.reason, err.log or str(log))
     except Exception as err:  # our own code raised: a harness error, never an expected failure
@@ -69,12 +89,33 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             f.write(traceback.format_exc())
         return failed(HARNESS, stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
     if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
-        record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4))
+        record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4), **({"store": True} if hit else {}))
         for case in cases:  # a failure this task recorded before is gone (other results stay: an
             _forget_failure(case, cfg, task)  # identical rebuild must not re-run verify)
         return None
     write_repro(first, cfg, model_dir, cfg.case_dir(first))  # now with the check verify wrote
     return _record(first, cfg, outcome, repros[first.key], judge_now=True)
+
+
+def _built(work, work_dir: Path, log: Path, store, key: str | None, names, what: str):
+    """Run the stage's work; store its outputs, or its failure where that is deterministic."""
+    try:
+        outcome = work(work_dir, log)
+    except StageError as err:
+        if store and err.deterministic:
+            text = Path(err.log or log).read_text(errors="replace") if Path(err.log or log).exists() else ""
+            store.put_outcome(key, err.stage, err.reason, text, what)
+        raise
+    if store:
+        store.put(key, work_dir, names, what)
+    return outcome
+
+
+def _remembered(outcome: dict, store, key: str, log: Path) -> None:
+    """A failure the store remembers, raised again with its log."""
+    log.write_text(f"# taken from the store: the same input, flags and tools failed this way before "
+                   f"({store.root}, entry {key[:16]})\n" + outcome.get("log", ""))
+    raise StageError(outcome["stage"], outcome["reason"], None, str(log))
 
 
 def _record(case: Case, cfg: Config, result: Result, repro: Path, judge_now: bool) -> str | None:
@@ -165,7 +206,11 @@ def model(cases: list[Case], cfg: Config) -> str | None:
         log.unlink(missing_ok=True)
         warm(warm_up, helper="model", stage="model", log=log)
 
-    return _run("model", "model", cases, cfg, work, prepare)
+    def stored():
+        return key_of({"stage": "model", **stage_fingerprint("model"), "geometry": case.geometry.to_dict(),
+                       "backend": case.backend, "flavor": case.flavor}), [case.model_file]
+
+    return _run("model", "model", cases, cfg, work, prepare, stored)
 
 
 def mlir(cases: list[Case], cfg: Config) -> str | None:
@@ -182,7 +227,12 @@ def mlir(cases: list[Case], cfg: Config) -> str | None:
         log.unlink(missing_ok=True)
         warm(WARM_UP[case.backend], helper="import", stage="import", log=log)
 
-    return _run("mlir", "import", cases, cfg, work, prepare)
+    def stored():
+        model_dir = cfg.model_dir(case)
+        return key_of({"stage": "mlir", **stage_fingerprint("mlir"), "input": sha256(model_dir / case.model_file),
+                       "backend": case.backend}), [MLIR, MLIR_BYTECODE] if case.backend == "tflite" else [MLIR]
+
+    return _run("mlir", "import", cases, cfg, work, prepare, stored)
 
 
 def vmfb(case: Case, cfg: Config) -> str | None:
@@ -200,7 +250,18 @@ def vmfb(case: Case, cfg: Config) -> str | None:
                                    timeout_note=limit.cut_note())
         cfg.observe(case, "compile", seconds)
 
-    return _run("vmfb", "compile", [case], cfg, work)
+    def stored():
+        from pipeline.targets.compiler import PROFILE
+        from pipeline.targets.profiles import toolchain_identity
+
+        profile = target.profile
+        key = key_of({"stage": "vmfb", **stage_fingerprint("vmfb"),
+                      "input": sha256(cfg.model_dir(case) / cfg.mlir_input(case)),
+                      "compiler": tool_digest(target.compiler), "toolchain": toolchain_identity(target.toolchain),
+                      "flags": list(target.compile_flags(case.variant)), "profiling": list(profile.profiling)})
+        return key, [VMFB, PROFILE] if profile.profiling else [VMFB]
+
+    return _run("vmfb", "compile", [case], cfg, work, stored=stored)
 
 
 def verify(case: Case, cfg: Config) -> str | None:

@@ -1,0 +1,198 @@
+"""A content-addressed store of stage outputs, shared by every build folder that names it
+(CONV_SWEEP_CACHE_DIR; default ~/.cache/conv-sweep/store, `off` disables it).
+
+A stage's outputs are stored under a key computed from everything that determines them (its
+input bytes, flags, tool identities and stage code; the caller computes it, and it holds no
+path, mtime or host name), so a build folder, any build folder, takes them instead of
+rebuilding. Two cases or targets whose outputs have one key share one build.
+
+Layout:
+
+    objects/<ab>/<sha256>         file contents, named by their digest, never changed
+    entries/<ab>/<key>.json       {"files": {name: sha256}, "outcome": null | {...}, "what": ...}
+
+Guarantees:
+- Nothing half-written is visible: an object and an entry are written to a temporary file in
+  their folder and renamed into place (atomic on one filesystem), an entry only after all its
+  objects are in place.
+- Writers may race on a key (concurrent runs, Dask workers on a shared filesystem): both write
+  the same kind of complete entry, and a reader sees one or the other.
+- A corrupted object (its bytes no longer match its digest) is detected when taken, removed
+  with its entry, and the stage is rebuilt: it is never used.
+- An outcome is stored only where it is deterministic: a tool that failed with a message
+  (the same input bytes, flags and tool fail the same way again). A timeout is never stored:
+  every build folder tries it again (a hang is cut early by its predicted limit).
+
+`prune` removes entries not used for a number of days, then the least recently used until
+the store is under a size, and every object no entry names.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.integrity import sha256
+
+DISABLED = ("off", "none", "0")  # CONV_SWEEP_CACHE_DIR values that turn the store off
+
+
+def default_dir(environ=None) -> Path:
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "conv-sweep" / "store"
+
+
+def key_of(fields: dict) -> str:
+    """The key of a stage's outputs from what determines them (JSON-serializable, no paths)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What the store gave: files copied into place, or a remembered failure."""
+
+    files: tuple[str, ...]
+    outcome: dict | None  # {"stage", "reason", "log"} of a deterministic failure, else None
+
+
+def _atomic_copy(source: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _atomic_write(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+class Store:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _object(self, digest: str) -> Path:
+        return self.root / "objects" / digest[:2] / digest
+
+    def _entry(self, key: str) -> Path:
+        return self.root / "entries" / key[:2] / f"{key}.json"
+
+    def _read_entry(self, key: str) -> dict | None:
+        try:
+            entry = json.loads(self._entry(key).read_text())
+        except (OSError, ValueError):
+            return None
+        return entry if isinstance(entry, dict) and isinstance(entry.get("files"), dict) else None
+
+    def get(self, key: str, dest_dir: Path, names: list[str]) -> Hit | None:
+        """Copy the key's files into dest_dir (each checked against its digest first), or give
+        its remembered failure; None when the store has neither, or its entry is damaged (then
+        removed, so the caller rebuilds and stores it again)."""
+        entry = self._read_entry(key)
+        if entry is None:
+            return None
+        if entry.get("outcome"):
+            self._touch(key)
+            return Hit((), entry["outcome"])
+        files = entry["files"]
+        if sorted(files) != sorted(names):
+            return None
+        for name in names:  # every object intact before any is copied: all or nothing
+            if not self._intact(files[name]):
+                self._forget(key, files[name])
+                return None
+        for name in names:
+            _atomic_copy(self._object(files[name]), Path(dest_dir) / name)
+        self._touch(key)
+        return Hit(tuple(names), None)
+
+    def put(self, key: str, source_dir: Path, names: list[str], what: str = "") -> None:
+        """Store the files `names` of source_dir under `key`."""
+        files = {}
+        for name in names:
+            path = Path(source_dir) / name
+            digest = sha256(path)
+            target = self._object(digest)
+            if not target.exists():
+                _atomic_copy(path, target)
+            files[name] = digest
+        self._write_entry(key, {"files": files, "outcome": None, "what": what})
+
+    def put_outcome(self, key: str, stage: str, reason: str, log: str, what: str = "") -> None:
+        """Remember a deterministic failure of the stage: its reason and its log's text."""
+        self._write_entry(key, {"files": {}, "outcome": {"stage": stage, "reason": reason, "log": log},
+                                "what": what})
+
+    def _write_entry(self, key: str, entry: dict) -> None:
+        entry = {**entry, "stored": time.time()}
+        _atomic_write(self._entry(key), (json.dumps(entry, indent=1) + "\n").encode())
+
+    def _intact(self, digest: str) -> bool:
+        try:
+            return sha256(self._object(digest)) == digest
+        except OSError:
+            return False
+
+    def _forget(self, key: str, digest: str) -> None:
+        for path in (self._entry(key), self._object(digest)):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+    def _touch(self, key: str) -> None:
+        try:
+            os.utime(self._entry(key))  # its last use, for prune
+        except OSError:
+            pass
+
+    def prune(self, max_age_days: float | None = None, max_bytes: int | None = None) -> dict:
+        """Remove entries unused for max_age_days, then the least recently used until the store
+        holds at most max_bytes, then every object no entry names."""
+        now = time.time()
+        entries = []
+        for path in sorted(self.root.glob("entries/*/*.json")):
+            try:
+                entries.append((path.stat().st_mtime, path, json.loads(path.read_text()).get("files", {})))
+            except (OSError, ValueError, AttributeError):
+                entries.append((0.0, path, {}))
+        removed = 0
+        if max_age_days is not None:
+            for used, path, _ in [e for e in entries if now - e[0] > max_age_days * 86400]:
+                path.unlink(missing_ok=True)
+                removed += 1
+            entries = [e for e in entries if now - e[0] <= max_age_days * 86400]
+        sizes = {p.name: p.stat().st_size for p in self.root.glob("objects/*/*") if not p.name.startswith(".")}
+        if max_bytes is not None:
+            entries.sort(key=lambda e: e[0])  # least recently used first
+            while entries and sum(sizes.get(d, 0) for d in {d for e in entries for d in e[2].values()}) > max_bytes:
+                _, path, _ = entries.pop(0)
+                path.unlink(missing_ok=True)
+                removed += 1
+        named = {d for e in entries for d in e[2].values()}
+        freed = 0
+        for path in self.root.glob("objects/*/*"):
+            # an object written in the last hour may belong to an entry being written now
+            if path.name not in named and not path.name.startswith(".") and now - path.stat().st_mtime > 3600:
+                freed += sizes.get(path.name, 0)
+                path.unlink(missing_ok=True)
+        kept = sum(size for name, size in sizes.items() if name in named)
+        return {"entries_removed": removed, "entries_kept": len(entries), "bytes_freed": freed, "bytes_kept": kept}
