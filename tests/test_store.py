@@ -1,7 +1,7 @@
 """The store of stage outputs shared by build folders (pipeline/core/store.py): on its own (round
 trips, a corrupted object detected and forgotten, racing writers, remembered failures, prune),
-then through `doit` with the real tools: a second build folder takes every model, MLIR and
-module from the store, with identical bytes and statuses; a corrupted entry is rebuilt; two
+then through `doit` with the real tools: a second build folder takes every model, MLIR file,
+module and oracle output from the store, with identical bytes and statuses; a corrupted entry is rebuilt; two
 runs at once on one store both end correct; a compile error is remembered and a timeout is
 not; with the store off nothing is taken or written."""
 import json
@@ -124,10 +124,12 @@ def _outputs(build) -> dict[str, bytes]:
 
 
 def _from_store(build) -> dict[str, int]:
+    """Per stage, how many cases took it from the store (their result.json says)."""
     counts = {}
-    for path in list(build.glob("cases/*/stages.json")) + list(build.glob("cases/*/llvm-cpu/stages.json")):
-        for stage, info in json.loads(path.read_text()).items():
-            counts[stage] = counts.get(stage, 0) + bool(info.get("store"))
+    for result in results(build).values():
+        for stage, info in result["stages"].items():
+            if stage in ("model", "import", "compile", "oracle"):
+                counts[stage] = counts.get(stage, 0) + bool(info.get("store"))
     return counts
 
 
@@ -140,13 +142,13 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     store = tmp_path / "store"
     first = doit("-n", "2", "sweep", env=_env(tmp_path, "one", store))
     assert first.returncode == 0, first.stderr[-2000:]
-    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0}
+    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0}
     second = doit("-n", "2", "sweep", env=_env(tmp_path, "two", store))
     assert second.returncode == 0, second.stderr[-2000:]
-    assert _from_store(tmp_path / "two") == {"model": 10, "import": 10, "compile": 10}
+    assert _from_store(tmp_path / "two") == {"model": 10, "import": 10, "compile": 10, "oracle": 10}
     assert _outputs(tmp_path / "two") == _outputs(tmp_path / "one") and len(_outputs(tmp_path / "one")) == 36
     assert _statuses(tmp_path / "two") == _statuses(tmp_path / "one")
-    assert "from the store: model 10 of 10, import 10 of 10, compile 10 of 10" in second.stdout
+    assert "from the store: model 10 of 10, import 10 of 10, compile 10 of 10, oracle 10 of 10" in second.stdout
     report = json.loads((tmp_path / "two" / "report" / "llvm-cpu" / "results.json").read_text())
     assert report["store"]["compile"] == {"from_store": 10, "of": 10}
     assert "taken from the store" in next((tmp_path / "two").glob("cases/*/llvm-cpu/compile.log")).read_text()
@@ -163,10 +165,9 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     # converter kept in float is its f32 twin, byte for byte): those, and only those, are rebuilt
     sharing = {p.parent.parent.name for p in (tmp_path / "one").glob("cases/*/llvm-cpu/model.vmfb")
                if p.read_bytes() == victim.read_bytes()}
-    rebuilt = {p.parent.parent.name for p in (tmp_path / "three").glob("cases/*/llvm-cpu/stages.json")
-               if not json.loads(p.read_text())["compile"].get("store")}
+    rebuilt = {name for name, r in results(tmp_path / "three").items() if not r["stages"]["compile"].get("store")}
     assert rebuilt and rebuilt <= sharing, (rebuilt, sharing)
-    assert _from_store(tmp_path / "three") == {"model": 10, "import": 10, "compile": 10 - len(rebuilt)}
+    assert _from_store(tmp_path / "three") == {"model": 10, "import": 10, "compile": 10 - len(rebuilt), "oracle": 10}
     assert _outputs(tmp_path / "three") == _outputs(tmp_path / "one")
     assert __import__("hashlib").sha256(obj.read_bytes()).hexdigest() == digest  # stored again, whole
 
@@ -183,7 +184,7 @@ def test_two_runs_at_once_on_one_store_both_end_correct(tmp_path):
     assert all(status == "pass" for status, _, _ in _statuses(tmp_path / "x").values())
     assert _outputs(tmp_path / "x") == _outputs(tmp_path / "y")
     after = doit("-n", "2", "sweep", env=_env(tmp_path, "z", store))  # and the store they left serves a third
-    assert after.returncode == 0 and _from_store(tmp_path / "z") == {"model": 10, "import": 10, "compile": 10}
+    assert after.returncode == 0 and _from_store(tmp_path / "z") == {"model": 10, "import": 10, "compile": 10, "oracle": 10}
 
 
 COMPILER = """#!/bin/sh
@@ -226,6 +227,6 @@ def test_a_compile_error_is_remembered_a_timeout_is_not(tmp_path):
 def test_with_the_store_off_nothing_is_taken_or_written(tmp_path):
     run = doit("-n", "2", "sweep", env=_env(tmp_path, "one", "off"))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0}
+    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0}
     assert "from the store" not in run.stdout
     assert not list(tmp_path.glob("**/objects"))

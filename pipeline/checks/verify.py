@@ -7,6 +7,7 @@ bf16-rounded operands, and against the flavor's oracle with the conversion's err
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
@@ -172,12 +173,47 @@ def _estimate(profile, case_dir: Path) -> float | None:
     return estimated_time(case_dir / PROFILE) if profile.profiling else None
 
 
+ORACLE_OUTPUTS = "oracle.pickle"  # the oracle's outputs, as the store keeps them
+
+
+def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeout: float, log: Path):
+    """The oracle's outputs for the model and input (oracle.evaluate, in the oracle helper), and
+    the stage's record; from the store where it has them under the same key (the model's and
+    input's bytes, the options, the verify code and its libraries), else computed and stored."""
+    import pickle
+    import tempfile
+
+    from pipeline.core.fingerprint import stage_fingerprint
+    from pipeline.core.integrity import sha256
+    from pipeline.core.isolate import warm
+    from pipeline.core.store import key_of
+
+    start = time.monotonic()
+    key = key_of({"stage": "oracle", **stage_fingerprint("verify"), "model": sha256(model),
+                  "input": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+                  "dtype": x.dtype.str, "shape": list(x.shape), **options}) if store else None
+    with tempfile.TemporaryDirectory(prefix=".oracle.", dir=log.parent) as scratch:
+        if store and store.get(key, Path(scratch), [ORACLE_OUTPUTS]):
+            refs = pickle.loads((Path(scratch) / ORACLE_OUTPUTS).read_bytes())
+            return refs, {"seconds": round(time.monotonic() - start, 4), "store": True}
+        warm(oracle.warm_up, helper="oracle", stage="oracle", log=log)
+        start = time.monotonic()
+        refs = call(oracle.evaluate, case, model, x, **options, helper="oracle", stage="oracle", timeout=timeout,
+                    log=log)
+        seconds = round(time.monotonic() - start, 4)
+        if store:
+            (Path(scratch) / ORACLE_OUTPUTS).write_bytes(pickle.dumps(refs, protocol=pickle.HIGHEST_PROTOCOL))
+            store.put(key, Path(scratch), [ORACLE_OUTPUTS], f"oracle of {case.name}")
+    return refs, {"seconds": seconds}
+
+
 def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float,
-                benchmark: bool = False, run_limit=None) -> Result:
+                benchmark: bool = False, run_limit=None, store=None) -> Result:
     """Run and check one case on its target (a config.Target); write the inputs, expected and
     actual outputs and result.json in case_dir. With `benchmark`, a passing case's module is
     also timed with the target's benchmark tool (pipeline/targets/perf.py). The run tool gets
-    `run_limit` (a pipeline/targets/cost.py Limit; else `timeout`), every other tool `timeout`."""
+    `run_limit` (a pipeline/targets/cost.py Limit; else `timeout`), every other tool `timeout`.
+    The oracle's outputs come from `store` (pipeline/core/store.py) where it has them."""
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / VMFB
     stages = read_all_stages(model_dir, case_dir)
@@ -197,13 +233,11 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     if profile.profiling:
         notes["estimated_npu_cycles"] = _estimate(profile, case_dir)
     x_module, converted = module_input(case, x, sig)
-    start = time.monotonic()
-    refs = call(oracle.evaluate, case, model, x, converted=converted,
-                round_weights=profile.converts_weights, bias_free=separate_bias(case, profile, converted),
-                requantize=profile.int8_rounding == "single-round", helper="oracle", stage="oracle",
-                timeout=timeout, log=case_dir / "oracle.log")
+    options = {"converted": converted, "round_weights": profile.converts_weights,
+               "bias_free": separate_bias(case, profile, converted),
+               "requantize": profile.int8_rounding == "single-round"}
+    refs, stages["oracle"] = _oracle(case, model, x, options, store, timeout, case_dir / "oracle.log")
     weights = refs["weights"]
-    stages["oracle"] = {"seconds": round(time.monotonic() - start, 4)}
     save_npy(case_dir / EXPECTED, refs["expected"])
     if converted or raw_io(profile.io, sig.inputs[0]):
         input_path = case_dir / input_file_name(sig.inputs[0], profile.io)

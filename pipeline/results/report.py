@@ -129,7 +129,7 @@ def store_hits(entries: list[dict]) -> dict[str, dict]:
     counts: dict[str, dict] = {}
     for e in entries:
         for stage, info in (e.get("stages") or {}).items():
-            if stage in ("model", "import", "compile"):
+            if stage in ("model", "import", "compile", "oracle"):
                 count = counts.setdefault(stage, {"from_store": 0, "of": 0})
                 count["of"] += 1
                 count["from_store"] += bool(info.get("store"))

@@ -269,22 +269,19 @@ def verify(case: Case, cfg: Config) -> str | None:
     on what its listed stage recorded."""
     if case.expect_stage and TASK_OF_STAGE[case.expect_stage] != "verify":
         return judge_recorded(case, cfg)
-    from pipeline.checks.oracle import warm_up
     from pipeline.checks.verify import verify_case
-    from pipeline.core.isolate import warm
 
     def work(case_dir: Path, log: Path) -> Result:
         with _observed(case, cfg, "run"):
             result = verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
-                                 benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"))
+                                 benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"), store=cfg.store())
         if "run" in result.stages:
             cfg.observe(case, "run", result.stages["run"]["seconds"])
         return result
 
-    def prepare(log: Path) -> None:
+    def prepare(log: Path) -> None:  # the oracle helper starts when verify needs it (not from the store)
         for stale in ("run.log", "oracle.log", "benchmark.log"):
             (log.parent / stale).unlink(missing_ok=True)
-        warm(warm_up, helper="oracle", stage="oracle", log=log.parent / "oracle.log")
 
     return _run("verify", "verify", [case], cfg, work, prepare)
 
