@@ -25,6 +25,11 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     runs = figures["runs"]
     assert runs["cold doit -n 2 sweep"]["executed_tasks"] == 20 and runs["cold doit -n 2 sweep"]["returncode"] == 0
     assert runs["no-op rerun"]["executed_tasks"] == 0
+    assert runs["second empty build folder, warm store"]["executed_tasks"] == 20
+    assert figures["built_not_taken_from_the_store"]["warm store"] == {"model": 0, "import": 0, "compile": 0,
+                                                                       "oracle": 0}
+    assert figures["built_not_taken_from_the_store"]["compile-flag A/B, warm store"]["model"] == 0
+    assert figures["built_not_taken_from_the_store"]["compile-flag A/B, warm store"]["import"] == 0
     assert runs["rerun after CONV_SWEEP_COMPILE_FLAGS change"]["executed_tasks"] >= 5
     assert runs["verify rerun, CONV_SWEEP_BENCHMARK=1"]["executed_tasks"] == 5
     assert runs["verify rerun, CONV_SWEEP_BENCHMARK=0"]["executed_tasks"] == 5
@@ -35,6 +40,7 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     assert figures["intrinsic_floor_seconds"] > 0
     assert set(figures["ratios"]) == {"cold / intrinsic floor", "cold / naive", "naive / cold (speed-up)",
                                       "no-op / cold", "Dask local:2 / cold doit -n 2 (overhead)",
+                                      "second folder on a warm store / cold",
                                       "verify rerun with / without CONV_SWEEP_BENCHMARK=1",
                                       "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)"}
     assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout

@@ -3,15 +3,18 @@
     python -m pipeline.engine.benchmark [--n 2] [--spec FILE] [--out bench.json] [--work DIR]
 
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
-a no-op rerun; a rerun after changing CONV_SWEEP_COMPILE_FLAGS; a naive baseline (the same
+a no-op rerun; a second empty build folder on the store the cold run filled; a compile-flag
+A/B in a third folder on that store (its models and imports all from the store); a rerun
+after changing CONV_SWEEP_COMPILE_FLAGS; a naive baseline (the same
 cases through the same stage functions in one serial loop, no caching); the intrinsic tool
 time (per-stage durations from result.json, divided by 2 cores); what timing every module
 costs (CONV_SWEEP_BENCHMARK=1: a verify-only rerun with it, against one without); the same cold sweep with the
 stages on a local Dask cluster (CONV_SWEEP_SCHEDULER=local:2) and its overhead against the
 `doit -n 2` run; `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
-folder); and the peak resident memory of each run's whole process tree. Prints a table and
-the ratios, and writes them as JSON.
+folder); and the peak resident memory of each run's whole process tree. With --torq-full,
+also a cold full default sweep on torq with the predicted limits and with the old fixed ones.
+Prints a table and the ratios, and writes them as JSON.
 """
 from __future__ import annotations
 
@@ -117,11 +120,18 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     base["CONV_SWEEP_N"] = str(n)
     if spec:
         base["CONV_SWEEP_SPEC"] = str(Path(spec).resolve())
-    sweep_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "sweep")}
-    naive_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "naive")}
+    # every cold run starts from an empty store of its own; the naive loop uses none
+    sweep_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "sweep"), "CONV_SWEEP_CACHE_DIR": str(work / "store")}
+    naive_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "naive"), "CONV_SWEEP_CACHE_DIR": "off"}
     rows = {}
     cold = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
     rows["cold doit -n 2 sweep"] = cold
+    warm_env = {**sweep_env, "CONV_SWEEP_BUILD_DIR": str(work / "warm")}
+    warm = measure(_doit("-n", str(CORES), "sweep"), warm_env)
+    rows["second empty build folder, warm store"] = warm
+    ab_env = {**sweep_env, "CONV_SWEEP_BUILD_DIR": str(work / "ab"),
+              "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
+    rows["compile-flag A/B in a third folder, warm store"] = measure(_doit("-n", str(CORES), "sweep"), ab_env)
     rows["no-op rerun"] = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
     flags_env = {**sweep_env, "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
     rows["rerun after CONV_SWEEP_COMPILE_FLAGS change"] = measure(_doit("-n", str(CORES), "sweep"), flags_env)
@@ -130,7 +140,8 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     untimed = measure(_doit("-n", str(CORES), "sweep"), {**flags_env, "CONV_SWEEP_BENCHMARK": "0"})
     rows["verify rerun, CONV_SWEEP_BENCHMARK=0"] = untimed
     rows["naive serial loop"] = measure([sys.executable, "-c", NAIVE], naive_env)
-    dask_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "dask"), "CONV_SWEEP_SCHEDULER": f"local:{CORES}"}
+    dask_env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / "dask"), "CONV_SWEEP_SCHEDULER": f"local:{CORES}",
+                "CONV_SWEEP_CACHE_DIR": str(work / "store-dask")}
     dask = measure(_doit("sweep"), dask_env)
     rows[f"cold sweep on Dask (local:{CORES})"] = dask
     tools = intrinsic(work / "sweep")
@@ -142,7 +153,10 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     if complete >= 1250:
         rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
     cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
+    built = {name: built_here(work / folder) for name, folder in
+             (("cold", "sweep"), ("warm store", "warm"), ("compile-flag A/B, warm store", "ab"))}
     figures = {
+        "built_not_taken_from_the_store": built,
         "cases": cases,
         "intrinsic_tool_seconds": {k: round(v, 2) for k, v in tools.items()},
         "intrinsic_floor_seconds": round(floor, 2),
@@ -154,6 +168,7 @@ def run(n: int, spec: str | None, work: Path) -> dict:
             "cold / naive": round(cold["seconds"] / rows["naive serial loop"]["seconds"], 3),
             "naive / cold (speed-up)": round(rows["naive serial loop"]["seconds"] / cold["seconds"], 3),
             "no-op / cold": round(rows["no-op rerun"]["seconds"] / cold["seconds"], 4),
+            "second folder on a warm store / cold": round(warm["seconds"] / cold["seconds"], 3),
             f"Dask local:{CORES} / cold doit -n {CORES} (overhead)": round(dask["seconds"] / cold["seconds"], 3),
             "verify rerun with / without CONV_SWEEP_BENCHMARK=1": round(timed["seconds"] / untimed["seconds"], 3),
             "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)":
@@ -161,6 +176,44 @@ def run(n: int, spec: str | None, work: Path) -> dict:
         },
     }
     return figures
+
+
+def built_here(build_dir: Path) -> dict[str, int]:
+    """Per stage, how many cases of a build folder ran it rather than taking it from the store."""
+    counts: dict[str, int] = {}
+    for path in Path(build_dir).glob("cases/*/*/result.json"):
+        for stage, info in json.loads(path.read_text()).get("stages", {}).items():
+            if stage in ("model", "import", "compile", "oracle"):
+                counts[stage] = counts.get(stage, 0) + (not info.get("store"))
+    return counts
+
+
+def torq_rows(work: Path) -> dict:
+    """Opt-in (--torq-full, it takes long): a cold full default sweep on torq with its expected
+    failures, with the predicted time limits and with the old fixed ones, side by side: wall
+    time, floor (tool time / 2) and the time spent in runs cut at a limit."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    rows = {}
+    for mode in ("predicted", "fixed"):
+        env = {**base, "CONV_SWEEP_TARGET": "torq", "CONV_SWEEP_TIMEOUTS": mode,
+               "CONV_SWEEP_BUILD_DIR": str(work / f"torq-{mode}"), "CONV_SWEEP_CACHE_DIR": str(work / f"store-{mode}")}
+        measured = measure(_doit("-n", str(CORES), "sweep"), env)
+        tools = intrinsic(work / f"torq-{mode}")
+        rows[f"cold full torq sweep, {mode} limits"] = {
+            "seconds": measured["seconds"], "returncode": measured["returncode"],
+            "floor_seconds": round(sum(tools.values()) / CORES, 1), "in_timeouts_seconds": in_timeouts(work / f"torq-{mode}")}
+    return rows
+
+
+def in_timeouts(build_dir: Path) -> float:
+    """Seconds the build folder's tools spent before being cut at a limit (their logs say)."""
+    import re
+
+    total = 0.0
+    for log in Path(build_dir).glob("cases/*/*/*.log"):
+        total += sum(float(m) for m in re.findall(r"^# timed out after ([\d.]+) s", log.read_text(errors="replace"),
+                                                 re.M))
+    return round(total, 1)
 
 
 def table(figures: dict) -> str:
@@ -174,7 +227,12 @@ def table(figures: dict) -> str:
     if figures["full_sweep_artifacts"] < 1250:
         lines.append(f"no-op full sweep: not measured, the default build folder holds "
                      f"{figures['full_sweep_artifacts']} of 1250 results (run `doit -n 2 sweep` first)")
+    lines += [f"built, not taken from the store ({name}): " + ", ".join(f"{k} {v}" for k, v in counts.items())
+              for name, counts in figures.get("built_not_taken_from_the_store", {}).items()]
     lines += [f"{k}: {v}" for k, v in figures["ratios"].items()]
+    for name, r in figures.get("torq", {}).items():
+        lines.append(f"{name}: {r['seconds'] / 60:.1f} min wall (exit {r['returncode']}), floor {r['floor_seconds'] / 60:.1f} "
+                     f"min, {r['in_timeouts_seconds'] / 60:.1f} min of tool time in timeouts")
     return "\n".join(lines)
 
 
@@ -184,10 +242,14 @@ def main(argv=None) -> int:
     parser.add_argument("--spec", help="a CONV_SWEEP_SPEC file instead of the default categories")
     parser.add_argument("--out", default="benchmark.json", help="where to write the figures as JSON")
     parser.add_argument("--work", help="scratch folder (default: a temporary one, removed afterwards)")
+    parser.add_argument("--torq-full", action="store_true",
+                        help="also a cold full default sweep on torq, with predicted and with fixed limits (hours)")
     args = parser.parse_args(argv)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
     try:
         figures = run(args.n, args.spec, work)
+        if args.torq_full:
+            figures["torq"] = torq_rows(work)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
