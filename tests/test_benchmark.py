@@ -58,3 +58,15 @@ def test_intrinsic_sums_every_stage_of_every_result(tmp_path):
 
 def test_executed_counts_the_lines_of_started_tasks():
     assert benchmark._executed(".  model:conv_a\n-- mlir:conv_a\n.  vmfb:conv_a@llvm-cpu\nother\n") == 2
+
+
+def test_a_false_cut_is_a_predicted_cut_whose_tool_ended_by_itself_under_the_fixed_limit(tmp_path):
+    reasons = {"predicted": {"hang": "t timed out after 20 s: cut at its predicted limit (...)",
+                             "slow": "t timed out after 20 s: cut at its predicted limit (...)", "ok": "3 checks"},
+               "fixed": {"hang": "t timed out after 600 s", "slow": "t exit status 1: error: x", "ok": "3 checks"}}
+    for mode, cases in reasons.items():
+        for case, reason in cases.items():
+            folder = tmp_path / mode / "cases" / case / "torq"
+            folder.mkdir(parents=True)
+            (folder / "result.json").write_text(json.dumps({"reason": reason}))
+    assert benchmark.false_cuts(tmp_path / "predicted", tmp_path / "fixed", "torq") == ["slow"]

@@ -202,7 +202,18 @@ def torq_rows(work: Path) -> dict:
         rows[f"cold full torq sweep, {mode} limits"] = {
             "seconds": measured["seconds"], "returncode": measured["returncode"],
             "floor_seconds": round(sum(tools.values()) / CORES, 1), "in_timeouts_seconds": in_timeouts(work / f"torq-{mode}")}
+    rows["false cuts"] = false_cuts(work / "torq-predicted", work / "torq-fixed", "torq")
     return rows
+
+
+def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
+    """Cases cut at their predicted limit in one run whose tool ended by itself (passing, or
+    failing with a message) under the fixed limits in the other."""
+    def outcomes(build):
+        return {p.parent.parent.name: json.loads(p.read_text()) for p in Path(build).glob(f"cases/*/{target}/result.json")}
+
+    cut = {name for name, r in outcomes(predicted).items() if "cut at its predicted limit" in (r.get("reason") or "")}
+    return sorted(name for name, r in outcomes(fixed).items() if name in cut and "timed out" not in (r.get("reason") or ""))
 
 
 def in_timeouts(build_dir: Path) -> float:
@@ -231,6 +242,9 @@ def table(figures: dict) -> str:
               for name, counts in figures.get("built_not_taken_from_the_store", {}).items()]
     lines += [f"{k}: {v}" for k, v in figures["ratios"].items()]
     for name, r in figures.get("torq", {}).items():
+        if name == "false cuts":
+            lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")
+            continue
         lines.append(f"{name}: {r['seconds'] / 60:.1f} min wall (exit {r['returncode']}), floor {r['floor_seconds'] / 60:.1f} "
                      f"min, {r['in_timeouts_seconds'] / 60:.1f} min of tool time in timeouts")
     return "\n".join(lines)
