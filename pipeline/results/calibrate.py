@@ -8,6 +8,7 @@ against the case's MACs (pipeline/targets/cost.py).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pipeline.core.tools import logged_runs
@@ -41,9 +42,11 @@ def calibrate(cfg, cases, out_dir: Path | None = None) -> list[str]:
             lines.append(f"{target.name}: no completed compile or run in {cfg.build_dir}: calibration left as it was")
             continue
         ran = sum(1 for c in cases if c.target == target.name)
-        measured = (f"{ran} cases of {cfg.build_dir.name} ({len(found['compile'])} compiles, "
-                    f"{len(found['run'])} runs completed); tools: {Path(target.compiler).name}, "
-                    f"{Path(target.runner).name}")
+        wheels = (target.toolchain or {}).get("wheels") or {}
+        versions = ", ".join(f"{name} {w.get('version')}" for name, w in sorted(wheels.items()) if isinstance(w, dict))
+        measured = (f"{time.strftime('%Y-%m-%d')}: {ran} cases ({len(found['compile'])} compiles, "
+                    f"{len(found['run'])} runs completed) of {Path(target.compiler).name} and "
+                    f"{Path(target.runner).name}" + (f" ({versions})" if versions else ""))
         path = cost.write_calibration(target.name, found, measured,
                                       (out_dir / f"{target.name}.json") if out_dir else None)
         envelopes = {stage: cost.Envelope.of(found[stage]) for stage in cost.TIMED}
