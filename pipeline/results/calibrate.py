@@ -4,7 +4,8 @@ measured run in the build folder.
 Every compile and run invocation the case folders' logs record counts with its wall time,
 passing or failing with a message; one that timed out or could not start does not (its time
 is the limit's, not the tool's). The calibration keeps the upper envelope of those times
-against the case's MACs (pipeline/targets/cost.py).
+against the case's MACs (pipeline/targets/cost.py), and what each case's chain took, for the
+order chains start in on a folder with no results of its own (pipeline/results/history.py).
 """
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ def samples(cfg, cases, target) -> dict[str, list[tuple[int, float]]]:
     return found
 
 
+def chains(cfg, cases, target) -> dict[str, float]:
+    """case name -> seconds its chain took: the recorded stage times and every compile and run
+    tool's time, a failing or cut one included (the order chains start in follows these)."""
+    import json
+
+    found = {}
+    for case in cases:
+        if case.target != target.name:
+            continue
+        try:
+            stages = json.loads((cfg.case_dir(case) / "result.json").read_text()).get("stages", {})
+        except (OSError, ValueError):
+            continue
+        seconds = sum(float(v.get("seconds", 0)) for k, v in stages.items() if k not in ("compile", "run"))
+        for log in LOGS.values():
+            seconds += sum(s for tool, s in logged_runs(cfg.case_dir(case) / log, cut=True) if s is not None)
+        found[case.name] = round(seconds, 2)
+    return found
+
+
 def calibrate(cfg, cases, out_dir: Path | None = None) -> list[str]:
     """Rewrite each selected target's calibration from this build folder; one line per target."""
     lines = []
@@ -48,7 +69,8 @@ def calibrate(cfg, cases, out_dir: Path | None = None) -> list[str]:
                     f"{len(found['run'])} runs completed) of {Path(target.compiler).name} and "
                     f"{Path(target.runner).name}" + (f" ({versions})" if versions else ""))
         path = cost.write_calibration(target.name, found, measured,
-                                      (out_dir / f"{target.name}.json") if out_dir else None)
+                                      (out_dir / f"{target.name}.json") if out_dir else None,
+                                      chains=chains(cfg, cases, target))
         envelopes = {stage: cost.Envelope.of(found[stage]) for stage in cost.TIMED}
         corners = ", ".join(f"{stage} {len(e.points)} corners up to {e.points[-1][1]:.1f} s"
                             for stage, e in envelopes.items() if e.points)

@@ -4,10 +4,11 @@ cost model.
 
 The last run's figures come from each target's `report/<target>/results.json` (one file per
 target, read once): the case's recorded stage seconds, and for a tool cut at a limit the
-limit it ran to. A case it does not hold, or whose failing stage recorded no time, is
-estimated: the per-flavor estimate sharding uses (pipeline/space/shard.py) plus the target's
-predicted compile and run seconds (pipeline/targets/cost.py), where its calibration covers
-the case.
+limit it ran to. A case it does not hold, or whose failing stage recorded no time, takes what
+its chain took in the run the target's calibration was measured on (`chains` in
+pipeline/targets/costs/<target>.json), else an estimate: the per-flavor estimate sharding
+uses (pipeline/space/shard.py) plus the target's predicted compile and run seconds
+(pipeline/targets/cost.py), where its calibration covers the case.
 """
 from __future__ import annotations
 
@@ -45,10 +46,13 @@ def last_run(cfg) -> dict[str, float]:
     return found
 
 
-def _envelopes(cfg, target: str) -> list:
+def _calibration(cfg, target: str):
     profile = cfg.target(target).profile
-    calibration = profile.calibration or cost.calibration_path(profile.name)
-    return [cost.calibrated(calibration, stage) for stage in cost.TIMED]
+    return profile.calibration or cost.calibration_path(profile.name)
+
+
+def _envelopes(cfg, target: str) -> list:
+    return [cost.calibrated(_calibration(cfg, target), stage) for stage in cost.TIMED]
 
 
 def estimate(case, envelopes) -> float:
@@ -59,8 +63,17 @@ def estimate(case, envelopes) -> float:
 
 
 def chain_costs(cfg, cases) -> dict[str, float]:
-    """case key -> expected seconds of its chain: measured last time, else estimated."""
+    """case key -> expected seconds of its chain: measured by this folder's last run, else by
+    the run its target's calibration was measured on, else estimated."""
     measured = last_run(cfg)
+    calibrated = {target.name: cost.measured_chains(_calibration(cfg, target.name)) for target in cfg.targets}
     envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
-    return {case.key: measured[case.key] if case.key in measured else estimate(case, envelopes[case.target])
-            for case in cases}
+
+    def seconds(case):
+        if case.key in measured:
+            return measured[case.key]
+        if case.name in calibrated[case.target]:
+            return calibrated[case.target][case.name]
+        return estimate(case, envelopes[case.target])
+
+    return {case.key: seconds(case) for case in cases}

@@ -190,16 +190,35 @@ def calibrated(path: Path, stage: str) -> Envelope:
     return _calibration(str(path), mtime).get(stage, Envelope())
 
 
-def write_calibration(target: str, samples: dict[str, list], measured: str, path: Path | None = None) -> Path:
-    """Write a target's calibration from (macs, seconds) samples per stage."""
+def write_calibration(target: str, samples: dict[str, list], measured: str, path: Path | None = None,
+                      chains: dict[str, float] | None = None) -> Path:
+    """Write a target's calibration from (macs, seconds) samples per stage, and what each
+    case's chain took in the measured run."""
     path = path or calibration_path(target)
     stages = {}
     for stage in TIMED:
         envelope = Envelope.of(samples.get(stage, []))
         stages[stage] = {"invocations": len(samples.get(stage, [])),
                          "points": [[m, round(s, 3)] for m, s in envelope.points]}
-    write_text(path, json.dumps({"measured": measured, "stages": stages}, indent=1) + "\n")
+    document = {"measured": measured, "stages": stages, "chains": dict(sorted((chains or {}).items()))}
+    write_text(path, json.dumps(document, indent=1) + "\n")
     return path
+
+
+@lru_cache(maxsize=None)
+def _chains(path: str, mtime: float) -> dict:
+    data = load_json(path, f"calibration {path}")
+    chains = data.get("chains", {}) if isinstance(data, dict) else {}
+    return {k: float(v) for k, v in chains.items() if isinstance(v, (int, float))} if isinstance(chains, dict) else {}
+
+
+def measured_chains(path: Path) -> dict[str, float]:
+    """case name -> seconds its chain took in the calibration's run ({} without a file)."""
+    try:
+        mtime = Path(path).stat().st_mtime
+    except OSError:
+        return {}
+    return _chains(str(path), mtime)
 
 
 # ------------------------------------------------------------------ a run's own observations
