@@ -208,17 +208,18 @@ def _groups(run: Run, stage: str):
 
 def _costliest_first(run: Run) -> list[Case]:
     """The cases in the order their chains start (the sweep asks for verify tasks in this
-    order, and doit runs each one's chain depth first): the cheapest chain first, so that a
-    first result comes in seconds, then the most expensive, by last run's measured durations or
-    the cost model (pipeline/results/history.py), so that no long chain starts last and
-    leaves a core idle at the end."""
-    from pipeline.results.history import chain_costs
+    order, and doit runs each one's chain depth first): planned on as many lanes as the machine
+    has cores, one streaming the cheapest chains so that results come in from the first
+    seconds, the others the most expensive first, by last run's measured durations or the cost
+    model (pipeline/results/history.py), so that no long chain starts last and leaves a core
+    idle at the end."""
+    from pipeline.results.history import chain_costs, start_order
 
     if len(run.cases) < 3:
         return run.cases
-    costs = chain_costs(run.cfg, run.cases)
-    ranked = sorted(run.cases, key=lambda c: (-costs[c.key], c.key))
-    return [ranked[-1], *ranked[:-1]]
+    by_key = {c.key: c for c in run.cases}
+    lanes = run.cfg.scheduler.slots if run.cfg.scheduler else (os.cpu_count() or 1)
+    return [by_key[k] for k in start_order(list(by_key), chain_costs(run.cfg, run.cases), lanes)]
 
 
 def subtasks(run: Run, stage: str, stage_fn):

@@ -77,3 +77,36 @@ def chain_costs(cfg, cases) -> dict[str, float]:
         return estimate(case, envelopes[case.target])
 
     return {case.key: seconds(case) for case in cases}
+
+
+def start_order(keys: list[str], costs: dict[str, float], lanes: int) -> list[str]:
+    """The order chains start in on `lanes` workers, so that no long chain starts late and
+    results still stream in from the first seconds. The chains are planned on lanes longest
+    first, each on the least loaded lane so far (longest processing time first, within 4/3 of
+    the shortest possible end). The lane whose longest chain is the shortest streams results:
+    it takes the cheapest chain of all too, and runs its chains cheapest first; the others run
+    theirs longest first. The lanes are merged by the time each
+    chain would start on its lane, and doit's workers, taking the next chain as they free up,
+    follow the plan."""
+    if lanes < 2 or len(keys) < 2:
+        return sorted(keys, key=lambda k: (costs[k], k))
+    plan = [[0.0, []] for _ in range(lanes)]
+    for key in sorted(keys, key=lambda k: (-costs[k], k)):
+        lane = min(plan, key=lambda entry: entry[0])
+        lane[0] += costs[key]
+        lane[1].append(key)
+    # the lane whose longest chain is the shortest streams, with the cheapest chain of all
+    lanes_ = [chains for _, chains in plan]
+    streaming = min(lanes_, key=lambda chains: max(costs[k] for k in chains))
+    cheapest = min(keys, key=lambda k: (costs[k], k))
+    for chains in lanes_:
+        if cheapest in chains and chains is not streaming:
+            chains.remove(cheapest)
+            streaming.append(cheapest)
+    starts = {}
+    for chains in lanes_:
+        clock = 0.0
+        for key in sorted(chains, key=lambda k: (costs[k], k)) if chains is streaming else chains:
+            starts[key] = (clock, chains is not streaming)
+            clock += costs[key]
+    return sorted(keys, key=lambda k: (*starts[k], k))
