@@ -69,6 +69,7 @@ class Progress:
         self.ran: dict[str, list[float]] = {s: [] for s in TASKS}  # measured durations of tasks that ran
         self.started: dict[str, float] = {}
         self.concurrency = 1
+        self.costs: dict[str, float] = {}  # case key -> planned seconds of its chain, where the run planned them
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
         """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
@@ -117,9 +118,16 @@ class Progress:
         self.show()
 
     def left(self) -> float | None:
-        """Seconds of work left: each stage's unfinished tasks at that stage's mean measured
-        duration (a stage not measured yet: the mean of those that are), over the number of
-        tasks seen running at once."""
+        """Seconds of work left. Where the run planned its order on each chain's cost (the
+        chains start costliest first, so the first tasks' durations say little of the rest):
+        the planned seconds of the cases not done, less what their running tasks have run, over
+        the number of tasks seen running at once. Else each stage's unfinished tasks at that
+        stage's mean measured duration (a stage not measured yet: the mean of those that are)."""
+        if self.costs:
+            now = time.monotonic()
+            running = sum(now - began for began in self.started.values())
+            planned = sum(self.costs.get(case, 0.0) for case, tasks in self.pending.items() if tasks)
+            return max(planned - running, 0.0) / self.concurrency
         measured = [d for durations in self.ran.values() for d in durations]
         if not measured:
             return None
@@ -225,6 +233,8 @@ class SweepReporter(ConsoleReporter):
         self.report = report
         self.progress.initialize(tasks, selected_tasks)
         run = current()
+        if run is not None and run.costs and set(self.progress.pending) <= set(run.costs):
+            self.progress.costs = run.costs
         if self.report and run is not None:
             refused = run.cfg.refused()
             if refused:

@@ -36,6 +36,7 @@ class Run:
     cases: list[Case]
     _keys: dict = field(default_factory=dict)  # target -> (compile key, run key)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    costs: dict = field(default_factory=dict)  # case key -> its chain's planned seconds (the start order's)
 
     def target_keys(self, target: str) -> tuple[dict, dict]:
         """What identifies the target's compile and its run (executables and their --version,
@@ -219,7 +220,8 @@ def _costliest_first(run: Run) -> list[Case]:
         return run.cases
     by_key = {c.key: c for c in run.cases}
     lanes = run.cfg.scheduler.slots if run.cfg.scheduler else (os.cpu_count() or 1)
-    return [by_key[k] for k in start_order(list(by_key), chain_costs(run.cfg, run.cases), lanes)]
+    run.costs = chain_costs(run.cfg, run.cases)
+    return [by_key[k] for k in start_order(list(by_key), run.costs, lanes)]
 
 
 def subtasks(run: Run, stage: str, stage_fn):
