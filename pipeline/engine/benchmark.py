@@ -126,12 +126,16 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     rows = {}
     cold = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
     rows["cold doit -n 2 sweep"] = cold
+    # read before later runs in the folder rewrite its records
+    tools, built = intrinsic(work / "sweep"), {"cold": built_here(work / "sweep")}
     warm_env = {**sweep_env, "CONV_SWEEP_BUILD_DIR": str(work / "warm")}
     warm = measure(_doit("-n", str(CORES), "sweep"), warm_env)
     rows["second empty build folder, warm store"] = warm
+    built["warm store"] = built_here(work / "warm")
     ab_env = {**sweep_env, "CONV_SWEEP_BUILD_DIR": str(work / "ab"),
               "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
     rows["compile-flag A/B in a third folder, warm store"] = measure(_doit("-n", str(CORES), "sweep"), ab_env)
+    built["compile-flag A/B, warm store"] = built_here(work / "ab")
     rows["no-op rerun"] = measure(_doit("-n", str(CORES), "sweep"), sweep_env)
     flags_env = {**sweep_env, "CONV_SWEEP_COMPILE_FLAGS": "--iree-opt-strip-assertions=true"}
     rows["rerun after CONV_SWEEP_COMPILE_FLAGS change"] = measure(_doit("-n", str(CORES), "sweep"), flags_env)
@@ -144,7 +148,6 @@ def run(n: int, spec: str | None, work: Path) -> dict:
                 "CONV_SWEEP_CACHE_DIR": str(work / "store-dask")}
     dask = measure(_doit("sweep"), dask_env)
     rows[f"cold sweep on Dask (local:{CORES})"] = dask
-    tools = intrinsic(work / "sweep")
     floor = sum(tools.values()) / CORES
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
     rows["doit list (full default sweep)"] = measure(_doit("list", "--all"), full_env)
@@ -153,8 +156,6 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     if complete >= 1250:
         rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
     cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
-    built = {name: built_here(work / folder) for name, folder in
-             (("cold", "sweep"), ("warm store", "warm"), ("compile-flag A/B, warm store", "ab"))}
     figures = {
         "built_not_taken_from_the_store": built,
         "cases": cases,
