@@ -130,13 +130,11 @@ def _append_log(log: Path, argv: list[str], status: str, stdout, stderr) -> None
 
 
 _STATUS = re.compile(r"^# (exit status -?\d+|killed by signal \w+) after ([\d.]+) s$")
-_TIMED_OUT = re.compile(r"^# timed out after ([\d.]+) s")
 
 
-def logged_runs(log: Path, cut: bool = False) -> list[tuple[str, float | None]]:
+def logged_runs(log: Path) -> list[tuple[str, float | None]]:
     """(tool name, wall seconds) of every invocation a log records; seconds is None where the
-    tool did not end by itself (timed out, could not start), or with `cut`, for a timeout, the
-    limit it ran to."""
+    tool did not end by itself (timed out, could not start)."""
     try:
         lines = Path(log).read_text(errors="replace").splitlines()
     except OSError:
@@ -146,7 +144,5 @@ def logged_runs(log: Path, cut: bool = False) -> list[tuple[str, float | None]]:
         if command.startswith("$ ") and status.startswith("# "):
             words = command[2:].split(maxsplit=1)
             match = _STATUS.match(status)
-            timed_out = _TIMED_OUT.match(status) if cut else None
-            seconds = float(match.group(2)) if match else float(timed_out.group(1)) if timed_out else None
-            runs.append((Path(words[0]).name if words else "", seconds))
+            runs.append((Path(words[0]).name if words else "", float(match.group(2)) if match else None))
     return runs

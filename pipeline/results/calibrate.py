@@ -36,7 +36,9 @@ def samples(cfg, cases, target) -> dict[str, list[tuple[int, float]]]:
 
 def chains(cfg, cases, target) -> dict[str, float]:
     """case name -> seconds its chain took: the recorded stage times and every compile and run
-    tool's time, a failing or cut one included (the order chains start in follows these)."""
+    tool's time, a failing one included (the order chains start in follows these). A tool cut
+    at a limit counts nothing: its time was the limit's, which the next run's predicted
+    limit may cut far shorter."""
     import json
 
     found = {}
@@ -49,7 +51,7 @@ def chains(cfg, cases, target) -> dict[str, float]:
             continue
         seconds = sum(float(v.get("seconds", 0)) for k, v in stages.items() if k not in ("compile", "run"))
         for log in LOGS.values():
-            seconds += sum(s for tool, s in logged_runs(cfg.case_dir(case) / log, cut=True) if s is not None)
+            seconds += sum(s for tool, s in logged_runs(cfg.case_dir(case) / log) if s is not None)
         found[case.name] = round(seconds, 2)
     return found
 
