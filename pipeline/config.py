@@ -234,8 +234,8 @@ class Config:
         rule = profile.rule(stage)
         if rule is None or not rule.margin or not self.predicted_timeouts:
             return cost.limit(rule, cost.Envelope(), 0, self.timeout)
-        calibration = profile.calibration or cost.calibration_path(profile.name)
-        envelope = cost.calibrated(calibration, stage).widened(cost.observed(self.report_dir(case.target), stage))
+        envelope = cost.calibrated(profile.calibration_file, stage).widened(
+            cost.observed(self.report_dir(case.target), stage))
         return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout)
 
     def observe(self, case: Case, stage: str, seconds: float) -> None:

@@ -46,13 +46,8 @@ def last_run(cfg) -> dict[str, float]:
     return found
 
 
-def _calibration(cfg, target: str):
-    profile = cfg.target(target).profile
-    return profile.calibration or cost.calibration_path(profile.name)
-
-
 def _envelopes(cfg, target: str) -> list:
-    return [cost.calibrated(_calibration(cfg, target), stage) for stage in cost.TIMED]
+    return [cost.calibrated(cfg.target(target).profile.calibration_file, stage) for stage in cost.TIMED]
 
 
 def estimate(case, envelopes) -> float:
@@ -66,7 +61,7 @@ def chain_costs(cfg, cases) -> dict[str, float]:
     """case key -> expected seconds of its chain: measured by this folder's last run, else by
     the run its target's calibration was measured on, else estimated."""
     measured = last_run(cfg)
-    calibrated = {target.name: cost.measured_chains(_calibration(cfg, target.name)) for target in cfg.targets}
+    calibrated = {target.name: cost.measured_chains(target.profile.calibration_file) for target in cfg.targets}
     envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
 
     def seconds(case):

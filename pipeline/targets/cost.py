@@ -142,9 +142,6 @@ class Limit:
         return (f"cut at its predicted limit ({self.seconds:g} s = max(floor {self.floor:g} s, "
                 f"{self.margin:g} x {self.predicted:.3g} s predicted for {self.macs} MACs); hard limit {self.hard:g} s)")
 
-    def to_dict(self) -> dict:
-        return {"seconds": self.seconds, "hard": self.hard, "predicted": self.predicted}
-
 
 def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float) -> Limit:
     """The limit of one invocation: the hard one (CONV_SWEEP_TIMEOUT and the profile's), lowered
@@ -164,7 +161,8 @@ def calibration_path(target: str) -> Path:
 
 
 @lru_cache(maxsize=None)
-def _calibration(path: str, mtime: float) -> dict:
+def _calibration(path: str, mtime: float) -> tuple[dict, dict]:
+    """A calibration file's envelopes per stage and its chains' seconds per case, read once per mtime."""
     data = load_json(path, f"calibration {path}")
     stages = data.get("stages") if isinstance(data, dict) else None
     if not isinstance(stages, dict):
@@ -177,17 +175,28 @@ def _calibration(path: str, mtime: float) -> dict:
             raise ConfigError(f"{path}.stages.{stage}", entry, "must be {points: [[macs, seconds], ...]} "
                               f"for a stage of {', '.join(TIMED)}")
         envelopes[stage] = Envelope.of(points)
-    return envelopes
+    chains = data.get("chains", {})
+    if not isinstance(chains, dict) or not all(isinstance(v, (int, float)) for v in chains.values()):
+        raise ConfigError(f"{path}.chains", "...", "must be an object of {case: seconds}")
+    return envelopes, {k: float(v) for k, v in chains.items()}
+
+
+def _read(path: Path) -> tuple[dict, dict]:
+    try:
+        mtime = Path(path).stat().st_mtime
+    except OSError:
+        return {}, {}
+    return _calibration(str(path), mtime)
 
 
 def calibrated(path: Path, stage: str) -> Envelope:
     """The envelope of a stage in a calibration file (empty where the file does not exist)."""
-    path = Path(path)
-    try:
-        mtime = path.stat().st_mtime
-    except OSError:
-        return Envelope()
-    return _calibration(str(path), mtime).get(stage, Envelope())
+    return _read(path)[0].get(stage, Envelope())
+
+
+def measured_chains(path: Path) -> dict[str, float]:
+    """case name -> seconds its chain took in the calibration's run ({} without a file)."""
+    return _read(path)[1]
 
 
 def write_calibration(target: str, samples: dict[str, list], measured: str, path: Path | None = None,
@@ -203,22 +212,6 @@ def write_calibration(target: str, samples: dict[str, list], measured: str, path
     document = {"measured": measured, "stages": stages, "chains": dict(sorted((chains or {}).items()))}
     write_text(path, json.dumps(document, indent=1) + "\n")
     return path
-
-
-@lru_cache(maxsize=None)
-def _chains(path: str, mtime: float) -> dict:
-    data = load_json(path, f"calibration {path}")
-    chains = data.get("chains", {}) if isinstance(data, dict) else {}
-    return {k: float(v) for k, v in chains.items() if isinstance(v, (int, float))} if isinstance(chains, dict) else {}
-
-
-def measured_chains(path: Path) -> dict[str, float]:
-    """case name -> seconds its chain took in the calibration's run ({} without a file)."""
-    try:
-        mtime = Path(path).stat().st_mtime
-    except OSError:
-        return {}
-    return _chains(str(path), mtime)
 
 
 # ------------------------------------------------------------------ a run's own observations

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pipeline.space.cases import VARIANTS
-from pipeline.targets.cost import parse_rules
+from pipeline.targets.cost import calibration_path, parse_rules
 from pipeline.core.errors import ConfigError, load_json
 from pipeline.core.executables import resolve
 
@@ -58,6 +58,11 @@ class Profile:
     def rule(self, stage: str):
         """The limit rule of a timed stage (pipeline/targets/cost.py), or None."""
         return dict(self.timeouts).get(stage)
+
+    @property
+    def calibration_file(self) -> Path:
+        """Its cost calibration: the profile's own file, else pipeline/targets/costs/<name>.json."""
+        return Path(self.calibration) if self.calibration else calibration_path(self.name)
 
     def flags_for(self, variant: str) -> tuple[str, ...]:
         return self.flags + dict(self.flavor_flags).get(variant, ())
