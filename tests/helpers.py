@@ -24,7 +24,7 @@ def test_store() -> Path:
     """The store of stage outputs the tests' runs share: one per test session, made on first
     use and removed when the session ends (never the user's own)."""
     if not _store:
-        _store.append(Path(tempfile.mkdtemp(prefix="conv-sweep-test-store-")))
+        _store.append(Path(tempfile.mkdtemp(prefix="test-store-")))
         atexit.register(shutil.rmtree, _store[0], ignore_errors=True)
     return _store[0]
 

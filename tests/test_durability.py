@@ -40,8 +40,9 @@ def _outcome(build):
 def test_kill_9_keeps_finished_tasks_and_a_second_run_refuses(tmp_path, scheduler):
     """With a scheduler, only the driver is killed (its Dask workers are left to find it gone)."""
     spec = write_spec(tmp_path / "spec.json", GEOMETRIES)
+    # an empty store of its own: a run that takes its work from the store ends before the kill
     env = clean_env(CONV_SWEEP_SPEC=spec, CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "build",
-                    **({"CONV_SWEEP_SCHEDULER": scheduler} if scheduler else {}))
+                    CONV_SWEEP_CACHE_DIR=tmp_path / "store", **({"CONV_SWEEP_SCHEDULER": scheduler} if scheduler else {}))
     build = tmp_path / "build"
     proc = subprocess.Popen([*DOIT, "-n", "2", "sweep"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
