@@ -34,6 +34,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,10 +184,16 @@ class Store:
         sizes = {p.name: p.stat().st_size for p in self.root.glob("objects/*/*") if not p.name.startswith(".")}
         if max_bytes is not None:
             entries.sort(key=lambda e: e[0])  # least recently used first
-            while entries and sum(sizes.get(d, 0) for d in {d for e in entries for d in e[2].values()}) > max_bytes:
-                _, path, _ = entries.pop(0)
+            users = Counter(d for e in entries for d in set(e[2].values()))  # contents are shared by entries
+            held = sum(sizes.get(d, 0) for d in users)
+            while entries and held > max_bytes:
+                _, path, files = entries.pop(0)
                 path.unlink(missing_ok=True)
                 removed += 1
+                for digest in set(files.values()):
+                    users[digest] -= 1
+                    if not users[digest]:
+                        held -= sizes.get(digest, 0)
         named = {d for e in entries for d in e[2].values()}
         freed = 0
         for path in self.root.glob("objects/*/*"):
