@@ -124,8 +124,6 @@ class Cluster:
         self.client = None
         self.local = None
         self.mode = None
-        self.remote_cfg = None
-        self.lock = threading.Lock()
         self.line = ""
 
     def start(self) -> None:
@@ -158,7 +156,6 @@ class Cluster:
             where = f"the scheduler {self.scheduler.address}"
         self._check_versions()
         self.mode = self._artifact_mode()
-        self._config()  # the Config goes to every worker once, not with every task
         workers = self.client.scheduler_info()["workers"]
         threads = sum(w["nthreads"] for w in workers.values())
         self.line = (f"conv-sweep: the stages run on Dask, {where} ({len(workers)} workers, {threads} threads); "
@@ -201,7 +198,9 @@ class Cluster:
             shipped = {p.relative_to(self.cfg.build_dir).as_posix(): p.read_bytes() for p in task_files(self.cfg, cases)}
         # the worker enforces each tool's timeout; the driver gives up too, well after that
         wait = 3 * self.cfg.timeout + 900
-        future = self.client.submit(run_stage, stage_fn, subject, self._config(), shipped, str(self.cfg.build_dir),
+        # the Config (about 3 KB pickled) travels with each task: a scattered copy is data Dask
+        # cannot recompute, lost with the last worker holding it, cancelling every task waiting on it
+        future = self.client.submit(run_stage, stage_fn, subject, self.cfg, shipped, str(self.cfg.build_dir),
                                     key=f"{task}-{cases[0].key}-{uuid.uuid4().hex[:8]}", pure=False)
         try:
             message, changed = future.result(timeout=wait)
@@ -211,8 +210,7 @@ class Cluster:
                                 f"no result from the Dask cluster within {wait:g} s (the task was cancelled)")
         except distributed.client.FutureCancelledError:
             return record_error(cases, self.cfg, STAGE_OF_TASK[task],
-                                "the Dask cluster cancelled the task (its worker died, taking the only copy of "
-                                "the run's configuration with it, or the cluster shut down)")
+                                "the Dask cluster cancelled the task (the cluster shut down)")
         except distributed.KilledWorker:
             return record_error(cases, self.cfg, STAGE_OF_TASK[task],
                                 "its Dask worker died running it, twice (KilledWorker): a crash or an OOM kill")
@@ -223,14 +221,6 @@ class Cluster:
             else:
                 write_bytes(path, data)
         return message
-
-    def _config(self):
-        """The run's Config as scattered to the workers, scattered again if every worker that
-        held it died (its copies are data, not a task Dask could recompute)."""
-        with self.lock:
-            if self.remote_cfg is None or self.remote_cfg.status != "finished":
-                self.remote_cfg = self.client.scatter(self.cfg, broadcast=True, hash=False)
-            return self.remote_cfg
 
     def close(self) -> None:
         for thing in (self.client, self.local):
