@@ -1,129 +1,102 @@
 """report.html: one self-contained page (no network): summary table, failure buckets, and
-pictures of where in geometry space cases fail, embedded as PNG."""
+pictures of where in geometry space cases fail, as inline SVG (pipeline/results/svg.py)."""
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 
-from pipeline.space.cases import VARIANTS
 from pipeline.outcome.result import RED
+from pipeline.results.svg import Axis, Panel, Point, scatter_row, step_histogram, viridis
+from pipeline.space.cases import VARIANTS
 
 COLORS = {"pass": "#2e7d32", "compiled": "#81c784", "fail": "#c62828", "error": "#6a1b9a", "harness": "#000000",
           "changed": "#b71c1c", "xfail": "#ef6c00", "xpass": "#d81b60", "not run": "#9e9e9e"}
 
 
-def _png(fig) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode()
+def _jitter(values: list[float], seed: int) -> list[float]:
+    import random
+
+    rng = random.Random(seed)
+    return [v + rng.uniform(-0.2, 0.2) for v in values]
 
 
-def _jitter(values, seed):
-    import numpy as np
-
-    return np.asarray(values, dtype=float) + np.random.default_rng(seed).uniform(-0.2, 0.2, len(values))
-
-
-# The two views of the geometry space: (title, x label, y label, x of a geometry, y of it, jitter)
+# The two views of the geometry space: (title, x label, y label, x of a geometry, y of it, scale)
 VIEWS = [
     ("kernel size (KH x KW) against stride (SH x SW)", "kernel area", "stride area",
-     lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), False),
-    ("input channels against output channels", "c_in (log2)", "c_out (log2)",
-     lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), True),
+     lambda g: math.prod(g["kernel"]), lambda g: math.prod(g["stride"]), "log"),
+    ("input channels against output channels", "c_in", "c_out",
+     lambda g: math.log2(g["c_in"]), lambda g: math.log2(g["c_out"]), "log2"),
 ]
 
 
+def _xy(chosen: list[dict], fx, fy, scale: str) -> tuple[list[float], list[float]]:
+    xs = [fx(e["geometry"]) for e in chosen]
+    ys = [fy(e["geometry"]) for e in chosen]
+    if scale == "log2":  # integer powers of two: jittered so that equal geometries do not hide each other
+        return _jitter(xs, 1), _jitter(ys, 2)
+    return xs, ys
+
+
+def _axes(entries: list[dict], fx, fy, scale: str) -> tuple[Axis, Axis]:
+    return (Axis.fit([fx(e["geometry"]) for e in entries], scale),
+            Axis.fit([fy(e["geometry"]) for e in entries], scale))
+
+
 def geometry_figures(entries: list[dict]) -> list[tuple[str, str]]:
-    """Two grids, one panel per flavor: kernel area vs stride, and c_in vs c_out (log2)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
+    """Two rows, one panel per flavor: kernel area vs stride area (log), and c_in vs c_out
+    (log2); each case a dot coloured by its status (a failing case's dot names it)."""
     out = []
-    for title, xlabel, ylabel, fx, fy, jitter in VIEWS:
-        fig, axes = plt.subplots(1, len(VARIANTS), figsize=(3.2 * len(VARIANTS), 3.2), sharex=True, sharey=True)
-        for ax, variant in zip(np.atleast_1d(axes), VARIANTS):
+    for title, xlabel, ylabel, fx, fy, scale in VIEWS:
+        xaxis, yaxis = _axes(entries, fx, fy, scale)
+        panels = []
+        for variant in VARIANTS:
             chosen = [e for e in entries if f"{e['backend']}_{e['flavor']}" == variant]
+            points, legend = [], []
             for status, color in COLORS.items():
-                pts = [e for e in chosen if e["status"] == status]
-                if not pts:
+                group = [e for e in chosen if e["status"] == status]
+                if not group:
                     continue
-                xs = [fx(e["geometry"]) for e in pts]
-                ys = [fy(e["geometry"]) for e in pts]
-                if jitter:
-                    xs, ys = _jitter(xs, 1), _jitter(ys, 2)
-                ax.scatter(xs, ys, s=14 if status == "pass" else 30, c=color, label=f"{status} ({len(pts)})",
-                           alpha=0.55 if status == "pass" else 0.9, edgecolors="none")
-            ax.set_title(variant, fontsize=10)
-            ax.set_xlabel(xlabel, fontsize=8)
-            if not jitter:
-                ax.set_xscale("log")
-                ax.set_yscale("log")
-            ax.legend(fontsize=7, loc="upper left")
-        np.atleast_1d(axes)[0].set_ylabel(ylabel, fontsize=8)
-        out.append((title, _png(fig)))
-        plt.close(fig)
+                legend.append((color, f"{status} ({len(group)})"))
+                passing = status == "pass"
+                for e, x, y in zip(group, *_xy(group, fx, fy, scale)):
+                    points.append(Point(x, y, color, 2.2 if passing else 3.2, 0.55 if passing else 0.9,
+                                        "" if passing else e["case"]))
+            panels.append(Panel(variant, tuple(points), tuple(legend)))
+        out.append((title, scatter_row(panels, xaxis, yaxis, xlabel, ylabel)))
     return out
 
 
 def perf_figures(entries: list[dict]) -> list[tuple[str, str]]:
     """The achieved MAC rate across the geometry space: the two views of geometry_figures, one
     panel per flavor, each passing case coloured by its rate (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.colors import LogNorm
-
     from pipeline.targets.perf import rated
 
     points = rated(entries)
     if not points:
         return []
     unit = points[0][2]
-    rates = [r for _, r, u in points if u == unit]
-    norm = LogNorm(vmin=min(rates), vmax=max(rates) if max(rates) > min(rates) else min(rates) * 1.01)
+    chosen_all = [(e, r) for e, r, u in points if u == unit]
+    rates = Axis(min(r for _, r in chosen_all), max(r for _, r in chosen_all), "log")
+    if rates.hi <= rates.lo:
+        rates = Axis(rates.lo, rates.lo * 1.01, "log")
     out = []
-    for title, xlabel, ylabel, fx, fy, jitter in VIEWS:
-        fig, axes = plt.subplots(1, len(VARIANTS), figsize=(3.2 * len(VARIANTS), 3.4), sharex=True, sharey=True)
-        scatter = None
-        for ax, variant in zip(np.atleast_1d(axes), VARIANTS):
-            chosen = [(e, r) for e, r, u in points if u == unit and f"{e['backend']}_{e['flavor']}" == variant]
-            ax.set_title(f"{variant} ({len(chosen)})", fontsize=10)
-            ax.set_xlabel(xlabel, fontsize=8)
-            if not chosen:
-                continue
-            xs = [fx(e["geometry"]) for e, _ in chosen]
-            ys = [fy(e["geometry"]) for e, _ in chosen]
-            if jitter:
-                xs, ys = _jitter(xs, 1), _jitter(ys, 2)
-            scatter = ax.scatter(xs, ys, s=22, c=[r for _, r in chosen], cmap="viridis", norm=norm,
-                                 edgecolors="none")
-            if not jitter:
-                ax.set_xscale("log")
-                ax.set_yscale("log")
-        np.atleast_1d(axes)[0].set_ylabel(ylabel, fontsize=8)
-        if scatter is not None:
-            fig.colorbar(scatter, ax=list(np.atleast_1d(axes)), label=unit, shrink=0.9)
-        out.append((f"MAC rate ({unit}): {title}", _png(fig)))
-        plt.close(fig)
+    for title, xlabel, ylabel, fx, fy, scale in VIEWS:
+        xaxis, yaxis = _axes([e for e, _ in chosen_all], fx, fy, scale)
+        panels = []
+        for variant in VARIANTS:
+            chosen = [(e, r) for e, r in chosen_all if f"{e['backend']}_{e['flavor']}" == variant]
+            xs, ys = _xy([e for e, _ in chosen], fx, fy, scale)
+            panels.append(Panel(f"{variant} ({len(chosen)})", tuple(
+                Point(x, y, viridis(rates.fraction(r)), 2.8, 0.9, f"{e['case']}: {r:.3g} {unit}")
+                for (e, r), x, y in zip(chosen, xs, ys))))
+        out.append((f"MAC rate ({unit}): {title}",
+                    scatter_row(panels, xaxis, yaxis, xlabel, ylabel, colorbar=(rates, unit))))
     return out
 
 
 def ratio_figure(entries: list[dict]) -> tuple[str, str] | None:
     """Distribution of max error / tolerance per flavor (primary check): < 1 passes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    data = {}
+    data = []
     for variant in VARIANTS:
         ratios = []
         for e in entries:
@@ -132,24 +105,15 @@ def ratio_figure(entries: list[dict]) -> tuple[str, str] | None:
             first = next(iter(e["metrics"].values()))
             value = first.get("error_to_tolerance")
             if isinstance(value, (int, float)) and math.isfinite(value):
-                ratios.append(max(value, 1e-4))
+                ratios.append(min(max(value, 1e-4), 99.0))
         if ratios:
-            data[variant] = ratios
+            data.append((variant, ratios))
     if not data:
         return None
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    bins = np.logspace(-4, 2, 49)
-    for variant, ratios in data.items():
-        ax.hist(ratios, bins=bins, histtype="step", linewidth=1.6, label=f"{variant} ({len(ratios)})")
-    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("max |actual - expected| / tolerance (exact matches shown at 1e-4); the dashed line is the limit")
-    ax.set_ylabel("cases")
-    ax.legend(fontsize=8)
-    title = "error-to-tolerance ratio per flavor (primary check)"
-    png = _png(fig)
-    plt.close(fig)
-    return title, png
+    edges = [10 ** (-4 + 6 * k / 48) for k in range(49)]
+    svg = step_histogram(data, edges, "max |actual - expected| / tolerance (exact matches shown at 1e-4, "
+                                      "beyond 100 at 99); the dashed line is the limit", marker=1.0)
+    return "error-to-tolerance ratio per flavor (primary check)", svg
 
 
 STYLE = """body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -157,7 +121,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 td, th { border: 1px solid #ccc; padding: 3px 8px; font-size: 13px; text-align: right; vertical-align: top; }
 td:first-child, th:first-child { text-align: left; }
 .buckets td, .rows td { text-align: left; }
-img { max-width: 100%; }"""
+figure { margin: 0; overflow-x: auto; }"""
 
 
 def page(title: str, body: str) -> str:
@@ -181,8 +145,7 @@ def _performance(entries: list[dict]) -> str:
         f"<td>{s['benchmark_errors']}</td></tr>" for v, s in by_flavor(entries).items())
     slow = "".join(f"<tr><td>{e(item[0]['case'])}</td><td>{e(describe(item))}</td></tr>"
                    for item in slowest_relative(entries))
-    images = "".join(f'<h3>{e(title)}</h3><img alt="{e(title)}" src="data:image/png;base64,{png}">'
-                     for title, png in perf_figures(entries))
+    images = "".join(f'<h3>{e(title)}</h3><figure>{svg}</figure>' for title, svg in perf_figures(entries))
     note = "" if slow else ("<p>No MAC rate: set CONV_SWEEP_BENCHMARK=1 to time the modules on a target with a "
                             "benchmark tool; torq's estimated cycles come with every compile.</p>")
     return f"""<h2>Performance</h2>
@@ -219,8 +182,7 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     ratio = ratio_figure(entries)
     if ratio:
         figures.append(ratio)
-    images = "".join(f'<h3>{e(title)}</h3><img alt="{e(title)}" src="data:image/png;base64,{png}">'
-                     for title, png in figures)
+    images = "".join(f'<h3>{e(title)}</h3><figure>{svg}</figure>' for title, svg in figures)
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
     performance = _performance(entries)
     return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
