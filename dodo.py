@@ -80,6 +80,18 @@ def task_refused():
     return {"actions": [(tasks.print_refused, [RUN])], "verbosity": 2, "uptodate": [False]}
 
 
+def task_export_xfails():
+    """Write each target's upstream xfail file (report/<target>/test_conv_sweep-xfails.txt) from the listed failures."""
+    params = {"name": "params", "long": "params", "default": "sim-sl2610-v1",
+              "help": "upstream's test parameters after the case name: runtime and chip (default sim-sl2610-v1)"}
+    return {"actions": [(tasks.export_xfails, [RUN])], "params": [params], "verbosity": 2, "uptodate": [False]}
+
+
+def task_import_xfails():
+    """Add the cases of an upstream xfail file (doit import_xfails FILE) to the expected failures, as this run failed them."""
+    return {"actions": [(tasks.import_xfails, [RUN])], "pos_arg": "files", "verbosity": 2, "uptodate": [False]}
+
+
 def task_prune_store():
     """Prune the store of stage outputs (CONV_SWEEP_CACHE_DIR): entries unused for --days, then the oldest past --max-gb."""
     params = [{"name": "days", "long": "days", "type": float, "default": 0,

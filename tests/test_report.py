@@ -29,8 +29,10 @@ exec {real} "$@"
 """
 INJECTED = ("compile: iree-compile-wrapper exit status <n>: <path>:<n>:<n>: "
             "error: 'linalg.conv_1d' op injected failure for <shape> operands")
+ISSUE = "synaptics-torq/torq-compiler#123"
 EXPECTED = [
-    {"case": f"conv_onnx_bf16_{G1}", "stage": "compile", "bucket": INJECTED, "comment": "known: bf16 conv_1d"},
+    {"case": f"conv_onnx_bf16_{G1}", "stage": "compile", "bucket": INJECTED, "issue": ISSUE,
+     "comment": "known: bf16 conv_1d"},
     {"case": f"conv_tflite_f32_{G2}", "stage": "compile", "bucket": "compile: was broken, fixed since"},
     {"case": f"conv_onnx_f32_*_r1_*", "stage": "verify", "bucket": "verify: listed at the wrong stage"},
 ]
@@ -107,11 +109,61 @@ def test_junit_xml_one_testcase_per_case(scenario):
     assert "injected failure" in error.get("message")
 
 
+def test_the_summary_shows_the_issue_next_to_its_bucket(scenario):
+    line = next(l for l in scenario["run"].stdout.splitlines() if l.startswith("[2] "))
+    assert line.endswith(f"[issue: {ISSUE}]") and INJECTED[:60] in line
+
+
+def upstream_xfails(path):
+    """What upstream's torq/testing/xfail.py makes of an xfail file, written here from its
+    description (pipeline/results/xfails.py): stripped lines, `#` comments and blank lines
+    skipped, one space between a test name and an optional issue, more fields refused."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(" ")
+        if len(fields) > 2:
+            raise ValueError(f"invalid line in xfail file '{path}': '{line}'")
+        found[fields[0]] = fields[1] if len(fields) == 2 else None
+    return found
+
+
+def test_export_xfails_names_upstream_tests_and_imports_back(scenario, tmp_path):
+    run = doit("export_xfails", env=scenario["env"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    exported = scenario["build"] / "report" / "llvm-cpu" / "test_conv_sweep-xfails.txt"
+    case = f"conv_onnx_bf16_{G1}"  # listed and failing as listed; a compile failure fails both tests
+    assert upstream_xfails(exported) == {f"test_conv_sweep_numeric[{case}-sim-sl2610-v1]": ISSUE,
+                                         f"test_conv_sweep_compile[{case}-sim-sl2610-v1]": ISSUE}
+    text = exported.read_text()
+    assert f"# {INJECTED} (1 cases)" in text
+    assert f"conv_tflite_f32_{G2}: xpass in this run, not exported" in run.stdout
+    # back: into an empty list, the stage and bucket from this run, the issue from the file;
+    # a line naming a case that passes here is not imported, and says so
+    passing = f"test_conv_sweep_compile[conv_tflite_w8i8_{G2}-sim-sl2610-v1] tracker#9"
+    theirs = tmp_path / "test_conv_sweep-xfails.txt"
+    theirs.write_text(text + passing + "\n")
+    empty = tmp_path / "expected.json"
+    empty.write_text('{"expected_failures": []}')
+    back = doit("import_xfails", str(theirs), env={**scenario["env"], "CONV_SWEEP_EXPECTED_FAILURES": str(empty)})
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert json.loads(empty.read_text())["expected_failures"] == [
+        {"case": case, "stage": "compile", "bucket": INJECTED, "issue": ISSUE}]
+    assert f"conv_tflite_w8i8_{G2}: does not fail in this run" in back.stdout
+    broken = tmp_path / "broken.txt"
+    broken.write_text(f"test_conv_sweep_compile[{case}-sim-sl2610-v1] {ISSUE} # a trailing comment\n")
+    refused = doit("import_xfails", str(broken), env={**scenario["env"], "CONV_SWEEP_EXPECTED_FAILURES": str(empty)})
+    assert refused.returncode != 0 and f"{broken}, line 1" in refused.stdout + refused.stderr
+
+
 def test_report_html_is_self_contained_and_renders(scenario, tmp_path):
     page = scenario["build"] / "report" / "llvm-cpu" / "report.html"
     text = page.read_text()
     assert text.count("<figure><svg ") == 3  # two geometry views and the error-to-tolerance histogram
-    assert not re.search(r"""(src|href)=["']?https?:""", text)
+    assert not re.search(r"""(src=|<link[^>]*href=)["']?https?:""", text)  # nothing loaded from a network
+    assert f'issue: <span class="issue">{ISSUE}</span>' in text  # next to its bucket
     chromium = "/usr/bin/chromium"
     assert os.path.exists(chromium), "install Debian's chromium (see .ci/run)"
     shot = tmp_path / "report.png"

@@ -310,6 +310,29 @@ def accept_failures(run: Run):
     accept_failures(run.cfg, run.cases)
 
 
+def export_xfails(run: Run, params):
+    from pipeline.results.report import export_xfails
+
+    if not params or any(c.isspace() or c in "[]" for c in params):
+        return TaskFailed(f"conv-sweep: doit export_xfails --params={params!r}: must be upstream's test "
+                          "parameters, e.g. sim-sl2610-v1")
+    export_xfails(run.cfg, run.cases, params)
+    return None
+
+
+def import_xfails(run: Run, files):
+    from pipeline.results.report import import_xfails
+
+    if len(files) != 1:
+        return TaskFailed("conv-sweep: doit import_xfails FILE: name one xfail file "
+                          "(upstream's tests/test_conv_sweep-xfails.txt)")
+    try:
+        import_xfails(run.cfg, run.cases, Path(files[0]))
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    return None
+
+
 def prune_store(run: Run, days, max_gb):
     store = run.cfg.store()
     if store is None:

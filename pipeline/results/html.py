@@ -124,6 +124,14 @@ td:first-child, th:first-child { text-align: left; }
 figure { margin: 0; overflow-x: auto; }"""
 
 
+def _issue_link(issue: str) -> str:
+    """An issue as a link where it is a URL (else its tracker id as text)."""
+    e = html.escape
+    if issue.startswith(("https://", "http://")):
+        return f'<a class="issue" href="{e(issue, quote=True)}">{e(issue)}</a>'
+    return f'<span class="issue">{e(issue)}</span>'
+
+
 def page(title: str, body: str) -> str:
     """A self-contained page (no network) in the reports' one style: report.html, compare.html."""
     return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
@@ -170,7 +178,8 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in rows)
     bucket_rows = "".join(
         f"<tr><td>{b['count']}</td><td><code>{e(b['signature'])}</code>"
-        + "".join(f"<br>listed as: <code>{e(sig)}</code>" for sig in b.get("listed_as", [])) + "</td>"
+        + "".join(f"<br>listed as: <code>{e(sig)}</code>" for sig in b.get("listed_as", []))
+        + "".join(f'<br>issue: {_issue_link(i)}' for i in b.get("issues", [])) + "</td>"
         f"<td>{e(', '.join(f'{k} {v}' for k, v in b['statuses'].items()))}</td>"
         f"<td>{'<br>'.join(e(x) for x in b['examples'])}</td></tr>" for b in groups) or \
         "<tr><td colspan=4>no failures</td></tr>"

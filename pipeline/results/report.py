@@ -32,7 +32,8 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
                  "category": case.category,
                  "geometry": case.geometry.to_dict(), "status": NOT_RUN, "stage": None, "reason": "",
                  "metrics": {}, "notes": {}, "stages": {}, "perf": {}, "log": None,
-                 "repro": str(case_dir(case) / "repro.sh")}
+                 "repro": str(case_dir(case) / "repro.sh"),
+                 "issue": case.expected.issue if case.expected else ""}  # the upstream issue its listing names
         entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "target", "repro")})
         entries.append(entry)
     return entries
@@ -54,7 +55,8 @@ def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
     out = [{"signature": sig, "count": len(group), "statuses": dict(Counter(e["status"] for e in group)),
             "examples": [e["case"] for e in group[:examples]],
             "listed_as": sorted({(e.get("notes") or {}).get("expected_bucket") for e in group
-                                 if e["status"] == CHANGED})} for sig, group in groups.items()]
+                                 if e["status"] == CHANGED}),
+            "issues": sorted({e["issue"] for e in group if e.get("issue")})} for sig, group in groups.items()]
     return sorted(out, key=lambda b: (-b["count"], b["signature"]))
 
 
@@ -209,7 +211,8 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
                      f"needed by {step['needed_by_passing']} passing ones")
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         listed = "".join(f"\n      listed as: {sig[:160]}" for sig in b.get("listed_as", []))
-        parts.append(f"[{b['count']}] {b['signature'][:160]}{listed}\n      e.g. {', '.join(b['examples'])}")
+        issues = f"  [issue: {', '.join(b['issues'])}]" if b.get("issues") else ""
+        parts.append(f"[{b['count']}] {b['signature'][:160]}{issues}{listed}\n      e.g. {', '.join(b['examples'])}")
     if report_dir:
         parts.append(f"report: {report_dir / 'report.html'} (also results.json, junit.xml)")
     return "\n".join(parts)
@@ -391,3 +394,50 @@ def accept_failures(cfg, cases: list[Case], out=None) -> list:
               + (f"; {harness} harness errors not accepted (fix them)" if harness else ""), file=out or sys.stdout)
         written.append(accepted.entries)
     return written
+
+
+def export_xfails(cfg, cases: list[Case], params: str, out=None) -> list[Path]:
+    """Write each target's upstream xfail file (pipeline/results/xfails.py) from this run:
+    <build>/report/<target>/test_conv_sweep-xfails.txt."""
+    import sys
+
+    from pipeline.results import xfails
+
+    written = []
+    for target, selected in by_target(cfg, cases):
+        entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir)]
+        text, count, notes = xfails.export(target.name, entries, target.expectations, params)
+        path = report_dir(cfg, target) / xfails.FILE_NAME
+        write_text(path, text)
+        print(f"{target.name}: {path}: {count} tests of "
+              f"{sum(1 for line in text.splitlines() if line and not line.startswith('#'))} lines"
+              + "".join(f"\n  {note}" for note in notes), file=out or sys.stdout)
+        written.append(path)
+    return written
+
+
+def import_xfails(cfg, cases: list[Case], path: Path, out=None) -> int:
+    """Add the cases of an upstream xfail file to each target's expected-failures list, each
+    at the stage and in the bucket this run observed, with the file's issue link. Returns how
+    many lines were not imported (cases that do not fail here, or are not conv-sweep tests)."""
+    import sys
+
+    from pipeline.core.errors import ConfigError
+    from pipeline.results import xfails
+    from pipeline.space import expected
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError("doit import_xfails FILE", str(path), f"cannot be read ({err.strerror})") from None
+    lines = xfails.parse(text, str(path))
+    left_out = 0
+    for target, selected in by_target(cfg, cases):
+        entries = collect(selected, cfg.case_dir)
+        failures = {e["case"]: (e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL, CHANGED)}
+        merged, imported, notes = xfails.merge(target.expectations, lines, failures)
+        write_text(target.expected_path, expected.dump(merged))
+        print(f"{target.name}: {target.expected_path}: {imported} cases imported from {path}"
+              + "".join(f"\n  {note}" for note in notes), file=out or sys.stdout)
+        left_out += len(notes)
+    return left_out
