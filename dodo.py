@@ -75,6 +75,15 @@ def task_shrink():
             "uptodate": [False]}
 
 
+def task_bugreport():
+    """Write a report ready to file upstream per failure bucket (doit bugreport [bucket-or-case ...]): bugreports/<target>/."""
+    budget = {"name": "budget", "long": "budget", "type": float, "default": 300,
+              "help": "seconds of shrinking per bucket without a valid earlier shrink (default 300; "
+                      "0: report the bucket's smallest case as it is)"}
+    return {"actions": [(tasks.bugreport, [RUN])], "params": [budget], "pos_arg": "buckets", "verbosity": 2,
+            "uptodate": [False]}
+
+
 def task_refused():
     """List the cases not generated (a frontend refuses the geometry), each with the reason."""
     return {"actions": [(tasks.print_refused, [RUN])], "verbosity": 2, "uptodate": [False]}

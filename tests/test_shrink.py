@@ -9,7 +9,7 @@ import pytest
 
 from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
 from pipeline.space.geometry import Geometry
-from pipeline.triage.shrink import dimensions, minimum, search, value, with_value
+from pipeline.triage.shrink import _one_pass, dimensions, joint_moves, minimum, search, value, with_value
 
 # Reads the conv's weight shape [C_out, C_in, KH, KW] from the imported ONNX model; fails the
 # way a compiler does when C_in >= 64 and KH >= 3, else runs the real compiler.
@@ -94,6 +94,35 @@ def test_shrink_finds_the_smallest_failing_geometry(tmp_path):
         unknown.stdout + unknown.stderr
 
 
+# Fails while the conv has as many output channels as input channels (non-monotone in each).
+EQUAL = r"""#!{python}
+import re, subprocess, sys
+text = open(sys.argv[1]).read()  # (braces doubled for str.format)
+m = re.search(r"onnx\.Conv.*?\}} : \(!torch\.vtensor<\[[\d,]+\],f32>, !torch\.vtensor<\[(\d+),(\d+),", text)
+if m and m.group(1) == m.group(2):
+    sys.exit(sys.argv[1] + ":6:10: error: 'linalg.conv_1d' op injected failure for equal channel counts")
+sys.exit(subprocess.run([{real!r}, *sys.argv[1:]]).returncode)
+"""
+
+
+@pytest.mark.slow
+def test_shrink_escapes_a_failure_no_single_dimension_can_lower(tmp_path):
+    wrapper = write_wrapper(tmp_path / "iree-compile", EQUAL, real_compiler())
+    start = {"rank": 1, "spatial": [12], "kernel": [3], "stride": [1], "c_in": 8, "c_out": 8, "padding": "valid"}
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [start]), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_IREE_COMPILE=wrapper)
+    case = "conv_onnx_f32_w12_h1_f8_k3_c8_r1_pvalid"
+    run = doit("shrink", f"{case}@llvm-cpu", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((tmp_path / "build" / "shrink" / "llvm-cpu" / case / "shrink.json").read_text())
+    minimal = Geometry.from_dict(summary["minimal"]["geometry"])
+    assert (minimal.c_in, minimal.c_out, minimal.kernel, minimal.spatial) == (1, 1, (1,), (1,))
+    tried = {t["case"]: t["outcome"] for t in summary["tried"]}  # by geometry
+    # one dimension at a time stops at 8 and 8: each alone lowered passes
+    assert tried["w1_h1_f8_k1_c7_r1_pvalid"] == tried["w1_h1_f7_k1_c8_r1_pvalid"] == "pass"
+    assert tried["w1_h1_f4_k1_c4_r1_pvalid"] == "same"  # the pair, halved together
+
+
 class _Predicate:
     """The search's view of attempts, for a rule on the geometry alone."""
 
@@ -129,6 +158,27 @@ class _Predicate:
 def test_search_moves_along_every_dimension(start, rule, expected):
     found = search(_Predicate(rule), start)
     assert found == expected, found.to_dict()
+
+
+def test_joint_moves_escape_where_every_single_dimension_is_stuck():
+    # fails only while c_in == c_out: lowering either alone passes, so one dimension at a time
+    # stops at 8 and 8; halving the pair together goes on, to 1 and 1
+    start = Geometry(2, (8, 8), (3, 3), (1, 1), 8, 8, "valid")
+    rule = lambda g: g.c_in == g.c_out  # noqa: E731
+    stuck = _Predicate(rule)
+    stuck.best = start
+    while _one_pass(stuck, start):
+        pass
+    assert (stuck.best.c_in, stuck.best.c_out) == (8, 8)
+    assert search(_Predicate(rule), start) == Geometry(2, (1, 1), (1, 1), (1, 1), 1, 1, "valid")
+
+
+def test_joint_moves_scale_every_size_then_halve_pairs():
+    g = Geometry(2, (16, 12), (3, 2), (1, 1), 8, 4, "valid")
+    moves = joint_moves(g)
+    assert moves[0] == Geometry(2, (8, 6), (1, 1), (1, 1), 4, 2, "valid")  # every size halved, kernel 3 -> 1
+    assert all(m != g for m in moves) and len(set(moves)) == len(moves)
+    assert Geometry(2, (16, 12), (3, 2), (1, 1), 4, 2, "valid") in moves  # the channel pair
 
 
 def test_dimensions_round_trip():

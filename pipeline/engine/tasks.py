@@ -384,6 +384,18 @@ def shrink(run: Run, cases, budget):
     return None
 
 
+def bugreport(run: Run, buckets, budget):
+    from pipeline.triage.bugreport import bugreports
+
+    if budget < 0:
+        return TaskFailed(f"conv-sweep: doit bugreport --budget={budget}: must be a number of seconds >= 0")
+    try:
+        bugreports(run.cfg, run.cases, list(buckets), budget)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    return None
+
+
 def print_refused(run: Run):
     refused = run.cfg.refused()
     for r in refused:

@@ -75,6 +75,50 @@ def _command(target, path: str) -> list[str]:
     return [path]
 
 
+def _tool_lines(tools: dict[str, list[str]]) -> list[str]:
+    return [f'if [ -n "${{{name}:-}}" ]; then {name}=("${name}"); else {name}=({shlex.join(argv)}); fi'
+            for name, argv in tools.items()]
+
+
+def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, check: dict | None,
+                     limits: dict[str, float], input_file: str | None) -> Path:
+    """repro.sh for a bug report: compile `mlir_name` (the compiler's own input, in `folder`)
+    with the sweep's exact flags, run it on the saved input and check against the saved
+    expected output with the sweep's tolerance; each tool under `timeout` with the limit the
+    sweep gave it (`limits`: stage -> seconds), so a hang ends the script too. Needs nothing
+    but the target's tools (and python3 for the check); exits non-zero while the failure is
+    there."""
+    target = cfg.target(case.target)
+    compiler, runner = _variable(target.compiler), _variable(target.runner)
+    tools = {compiler: _command(target, target.compiler), runner: _command(target, target.runner)}
+    limit = {stage: f"timeout -k 5 {max(1, round(seconds))} " if seconds else "" for stage, seconds in limits.items()}
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {case.name} on {target.name}: compile, run and check, with nothing but the {target.name} tools.",
+        f"# Exits non-zero while the failure is there. Override a tool with e.g. {compiler}=/path/to/"
+        f"{Path(target.compiler).name} bash repro.sh",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        *_tool_lines(tools),
+        "set -x",
+        f'{limit.get("compile", "")}"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb '
+        + shlex.join(target.compile_flags(case.variant)),
+    ]
+    if input_file is not None:
+        run = [f'{limit.get("run", "")}"${{{runner}[@]}}"', "--module=repro.vmfb",
+               *map(shlex.quote, target.profile.run_flags), f"--function={target.profile.function(case.backend)}",
+               shlex.quote(input_file)]
+        if check:
+            lines += ["# checks the output against the saved oracle output, with the sweep's tolerance",
+                      " ".join(run + ["--output=@repro-actual.bin"]), _STDLIB_CHECK]
+        else:
+            lines += [" ".join(run)]
+    path = Path(folder) / REPRO
+    write_text(path, "\n".join(lines) + "\n")
+    path.chmod(0o755)
+    return path
+
+
 def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Path:
     target = cfg.target(case.target)
     case_dir = Path(case_dir)
@@ -117,8 +161,7 @@ def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Pat
         f"# Override one with e.g. {compiler}=/path/to/{Path(target.compiler).name} bash repro.sh",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        *[f'if [ -n "${{{name}:-}}" ]; then {name}=("${name}"); else {name}=({shlex.join(argv)}); fi'
-          for name, argv in tools.items()],
+        *_tool_lines(tools),
         "set -x",
         *importing,
         compile_line,

@@ -7,7 +7,10 @@ pass takes the dimensions in that order; for each it tries the dimension's minim
 then one less than the current value (if that passes, the dimension is minimal already), then
 bisects between the largest value known not to fail that way and the smallest known to. A
 candidate the geometry rules or the frontend refuse counts as not failing. Passes repeat
-until one changes nothing, so the search is deterministic for deterministic tools.
+until one changes nothing. Then, since a failure may depend on several dimensions at once
+(non-monotone in each), moves that change several together are tried (every size scaled by
+1/2 or 3/4, every pair halved); after one that still fails, the passes start again. The search
+ends when neither moves, and is deterministic for deterministic tools.
 
 Every attempt is an ordinary case chain (model, import, compile, and run and verify when the
 failure is there) run by the sweep's own stage functions, with the sweep's timeout and
@@ -181,12 +184,55 @@ def search(shrinker: Shrinker, start: Geometry) -> Geometry:
     found so far is then the answer (every step to it failed the same way)."""
     shrinker.best = start
     try:
-        changed = True
-        while changed:
-            changed = _one_pass(shrinker, start)
+        while True:
+            changed = True
+            while changed:
+                changed = _one_pass(shrinker, start)
+            if not _joint_move(shrinker, start):
+                break
     except OutOfTime:
         shrinker.stopped = True
     return shrinker.best
+
+
+SIZES = ("batch", "c_in_per_group", "c_out_per_group", "kernel", "spatial")  # what scaling all together moves
+
+
+def _scaled(g: Geometry, dims: list[str], factor: float) -> Geometry:
+    """`g` with each of `dims` times `factor` (rounded down), never below its minimum; in the
+    order of dimensions(), so that a spatial size is clamped to the window of the new kernel."""
+    for dim in dimensions(g):
+        if dim in dims:
+            g = with_value(g, dim, max(minimum(g, dim), int(value(g, dim) * factor)))
+    return g
+
+
+def joint_moves(g: Geometry) -> list[Geometry]:
+    """The moves that change several dimensions at once, tried when no single dimension can
+    move (a failure that needs, say, c_in == c_out, or a product of sizes in a range): every
+    size dimension scaled together by 1/2, then by 3/4; then every pair of dimensions halved
+    together, the pairs that remove the most MACs first."""
+    movable = [d for d in dimensions(g) if value(g, d) > minimum(g, d)]
+    sizes = [d for d in movable if d.rstrip("0123456789") in SIZES]
+    out = [_scaled(g, sizes, f) for f in (0.5, 0.75)] if len(sizes) > 1 else []
+    pairs = [_scaled(g, [a, b], 0.5) for i, a in enumerate(movable) for b in movable[i + 1:]]
+    out += sorted(pairs, key=macs)
+    seen, moves = {g}, []
+    for candidate in out:
+        if candidate not in seen:
+            seen.add(candidate)
+            moves.append(candidate)
+    return moves
+
+
+def _joint_move(shrinker, start: Geometry) -> bool:
+    """Take the first joint move that still fails the same way; whether one did."""
+    for candidate in joint_moves(shrinker.best):
+        if macs(candidate) < macs(shrinker.best) and shrinker.fails(candidate):
+            _move(shrinker, candidate, start)
+            return True
+        shrinker.discard(candidate, {start})
+    return False
 
 
 def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
@@ -268,10 +314,20 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None) -> d
         "seconds": round(time.monotonic() - start, 1),
         "stopped_by_budget": shrinker.stopped,
         "timeout": cfg.timeout,
+        "tools": tool_identity(cfg, cfg.target(case.target)),  # what the answer holds for (doit bugreport)
         "tried": [a.to_dict() for a in shrinker.attempts],
     }
     write_text(folder / "shrink.json", json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def tool_identity(cfg: Config, target) -> dict:
+    """What a shrink's answer depends on beyond the geometry: the tools' content and flags."""
+    from pipeline.core.fingerprint import tool_digest
+    from pipeline.targets.profiles import toolchain_identity
+
+    return {"compiler": tool_digest(target.compiler), "runner": tool_digest(target.runner),
+            "toolchain": toolchain_identity(target.toolchain), "flags": list(target.profile.flags + target.extra_flags)}
 
 
 def describe(summary: dict) -> str:

@@ -1,0 +1,315 @@
+"""`doit bugreport`: a failure bucket as an issue ready to file upstream.
+
+For each selected bucket of a target (default: every failure bucket of the run, harness
+errors aside: those are this tool's), <build>/bugreports/<target>/<slug>/ holds:
+- report.md: a title from the bucket; the compiler's and runtime's versions and wheel
+  digests; the exact commands; for a numeric failure, expected against actual at the worst
+  elements with the tolerance; the minimal case's MLIR inline when short (else beside it);
+  how many of the sweep's cases fall in the bucket and the range of geometry they span;
+- the minimal case's files (the compiler's MLIR input, the module's input, the expected
+  output and its check) and repro.sh, which needs nothing but the target's tools (and python3
+  for a numeric check), and exits non-zero while the failure is there;
+and <build>/bugreports/<target>/index.md lists every bucket with its count and title.
+
+The minimal case comes from `doit shrink`'s search (pipeline/triage/shrink.py), started from
+the bucket's smallest case: an earlier shrink.json of the bucket is reused while its failure,
+tools and flags are those of today; else the bucket is shrunk within the budget (seconds per
+bucket; 0 takes the smallest case as it is).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+from pipeline.config import Config
+from pipeline.core.chain import MLIR, MLIR_BYTECODE
+from pipeline.core.errors import ConfigError
+from pipeline.core.tools import write_text
+from pipeline.outcome.result import CHANGED, ERROR, FAIL, XFAIL, read_result
+from pipeline.space.cases import Case
+from pipeline.space.geometry import Geometry, macs
+
+BUGREPORTS = "bugreports"
+REPORTED = (FAIL, ERROR, XFAIL, CHANGED)  # a compiler's or runtime's failures; harness errors are ours
+INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
+
+
+def slug(bucket: str) -> str:
+    """A folder name for a bucket: its words, shortened, and a digest that keeps it unique."""
+    words = re.sub(r"[^a-z0-9]+", "-", _plain(bucket).lower()).strip("-")[:64].strip("-")
+    return f"{words}-{hashlib.sha256(bucket.encode()).hexdigest()[:8]}"
+
+
+def _plain(bucket: str) -> str:
+    """The bucket's words without its placeholders and the exit-status boilerplate."""
+    text = re.sub(r"exit status <n>:\s*", "", bucket)
+    text = re.sub(r"(<(path|unknown|hex)>(:<n>)*:?\s*)+", "", text)
+    text = re.sub(r"\(\s*\)|#<n>|\berror:\s*", "", text).replace("<n>", "N")
+    return re.sub(r"\s+", " ", text).strip(" :")
+
+
+def title(bucket: str, target: str) -> str:
+    """The issue's title: what failed where, the bucket's message without its placeholders."""
+    return f"[{target}] {_plain(bucket)}"[:160]
+
+
+def select(groups: dict[str, list[dict]], wanted: list[str], target: str) -> dict[str, list[dict]]:
+    """The buckets named by `wanted` (a slug, a signature or a part of one, a case name or
+    name@target); all of them when `wanted` is empty. A name matching no bucket is an error."""
+    if not wanted:
+        return groups
+    chosen: dict[str, list[dict]] = {}
+    for text in wanted:
+        name = text.split("@")[0]
+        found = [b for b, entries in groups.items()
+                 if text in (b, slug(b)) or any(e["case"] == name for e in entries)]
+        found = found or [b for b in groups if text in b]
+        if not found:
+            raise ConfigError("doit bugreport", text, f"names no failure bucket of {target} in this run (a bucket's "
+                              "slug or signature, or a failing case's name; `doit report` lists them)")
+        for b in found:
+            chosen[b] = groups[b]
+    return chosen
+
+
+def _earlier(cfg: Config, target, bucket: str, identity: dict) -> dict | None:
+    """The smallest minimum of an earlier shrink of this bucket, still valid today."""
+    from pipeline.triage.shrink import SHRINK_DIR
+
+    best = None
+    for path in sorted((cfg.build_dir / SHRINK_DIR / target.name).glob("*/shrink.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if summary.get("signature") != bucket or summary.get("tools") != identity:
+            continue
+        if read_result(Path(summary["minimal"]["folder"])) is None:
+            continue
+        if best is None or summary["minimal"]["macs"] < best["minimal"]["macs"]:
+            best = summary
+    return best
+
+
+def _geometry_range(entries: list[dict]) -> list[str]:
+    """Per geometry field, the values the bucket's cases span."""
+    rows = []
+    order = ("rank", "spatial", "kernel", "stride", "dilation", "c_in", "c_out", "groups", "padding")
+    fields = sorted({k for e in entries for k in e["geometry"]},
+                    key=lambda k: (order.index(k) if k in order else len(order), k))
+    for field in fields:
+        values = [e["geometry"].get(field) for e in entries if field in e["geometry"]]
+        if all(isinstance(v, list) for v in values):
+            axes = max(len(v) for v in values)
+            spans = []
+            for i in range(axes):
+                axis = [v[i] for v in values if len(v) > i]
+                spans.append(f"{min(axis)}" if min(axis) == max(axis) else f"{min(axis)}-{max(axis)}")
+            rows.append(f"| {field} | {' x '.join(spans)} |")
+        elif all(isinstance(v, (int, float)) for v in values):
+            rows.append(f"| {field} | {min(values)}" + (f"-{max(values)}" if max(values) != min(values) else "") + " |")
+        else:
+            rows.append(f"| {field} | {', '.join(sorted({str(v) for v in values}))} |")
+    counts = [macs(Geometry.from_dict(e["geometry"])) for e in entries]
+    rows.append(f"| MACs | {min(counts):,}" + (f"-{max(counts):,}" if max(counts) != min(counts) else "") + " |")
+    return rows
+
+
+def _copy_case(case: Case, cfg: Config, folder: Path) -> tuple[str, dict | None, str | None]:
+    """Copy the case's compiler input, module input, expected output and check into `folder`;
+    (MLIR file name, check, the run's --input argument or None where it never ran)."""
+    from pipeline.checks.compare import CHECK, EXPECTED_BIN
+    from pipeline.targets import signature
+    from pipeline.targets.runner import input_arg, input_file_name
+
+    model_dir, case_dir = cfg.model_dir(case), cfg.case_dir(case)
+    mlir_name = cfg.mlir_input(case)
+    shutil.copy2(model_dir / mlir_name, folder / mlir_name)
+    if mlir_name != MLIR and (model_dir / MLIR).is_file():
+        shutil.copy2(model_dir / MLIR, folder / MLIR)  # the same module as text, to read
+    check = None
+    if (case_dir / CHECK).is_file():
+        check = json.loads((case_dir / CHECK).read_text())
+        shutil.copy2(case_dir / EXPECTED_BIN, folder / EXPECTED_BIN)
+        write_text(folder / CHECK, json.dumps(check) + "\n")
+    if not (case_dir / "model.vmfb").is_file():
+        return mlir_name, check, None  # it never compiled: nothing runs
+    target = cfg.target(case.target)
+    sig = signature.read(target.dump_tool, case_dir / "model.vmfb", model_dir / MLIR,
+                         target.profile.function(case.backend), stage="run", timeout=cfg.timeout,
+                         log=folder / "signature.log")
+    (folder / "signature.log").unlink(missing_ok=True)
+    ttype = sig.inputs[0]
+    name = input_file_name(ttype, target.profile.io)
+    source = case_dir / name if (case_dir / name).is_file() else model_dir / "input.npy"
+    shutil.copy2(source, folder / source.name)
+    return mlir_name, check, input_arg(source.name, ttype, target.profile.io)
+
+
+def _worst(case_dir: Path, check: dict, top: int = 5) -> list[str]:
+    """The elements furthest outside the check's tolerance: index, expected, actual, tolerance."""
+    import numpy as np
+
+    from pipeline.checks.compare import EXPECTED_BIN
+    from pipeline.targets.runner import load_npy
+
+    dtype = {"f32": np.float32, "i8": np.int8}.get(check["type"])
+    raw = np.fromfile(case_dir / EXPECTED_BIN, dtype=np.uint8)
+    actual = load_npy(case_dir / "actual.npy")
+    if dtype is None:  # bf16
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+    want = raw.view(dtype).reshape(actual.shape).astype(np.float64)
+    got = actual.astype(np.float64)
+    limit = np.zeros_like(want) if check["mode"] == "exact" else check["atol"] + check["rtol"] * np.abs(want)
+    excess = np.where(np.isfinite(got) & np.isfinite(want), np.abs(got - want) - limit, np.inf)
+    order = np.argsort(-excess, axis=None)[:top]
+    rows = []
+    for flat in order:
+        if excess.flat[flat] <= 0:
+            break
+        index = tuple(int(i) for i in np.unravel_index(flat, want.shape))
+        rows.append(f"| {list(index)} | {want.flat[flat]:.9g} | {got.flat[flat]:.9g} | "
+                    f"{abs(got.flat[flat] - want.flat[flat]):.9g} | {limit.flat[flat]:.9g} |")
+    return rows
+
+
+def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
+                 folder: Path, versions: dict) -> Path:
+    """One bucket's folder: the minimal case's files, repro.sh, report.md."""
+    from pipeline.run.repro import write_standalone
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    mlir_name, check, input_file = _copy_case(minimal, cfg, folder)
+    result = read_result(cfg.case_dir(minimal)) or {}
+    limits = {stage: cfg.limit(minimal, stage).seconds for stage in ("compile", "run")}
+    repro = write_standalone(minimal, cfg, folder, mlir_name, check if result.get("stage") == "verify" else None,
+                             limits, input_file if result.get("stage") in ("run", "verify") else None)
+    text_mlir = (folder / MLIR).read_text() if (folder / MLIR).is_file() else None
+    geometry = minimal.geometry
+    lines = [f"# {title(bucket, target.name)}", "",
+             f"`{target.compiler}` fails the same way on {len(entries)} convolution "
+             f"case{'s' if len(entries) != 1 else ''} of a conv-sweep run; the smallest found:",
+             "", f"- case: `{minimal.name}` ({macs(geometry):,} MACs)",
+             f"- geometry: `{json.dumps(geometry.to_dict())}`",
+             f"- model: {minimal.backend} {minimal.flavor}, imported to MLIR ({mlir_name})",
+             f"- stage: {result.get('stage')}", "", "## What happens", "", "```",
+             (result.get("reason") or "")[:3000], "```", ""]
+    if result.get("stage") == "verify" and check:
+        failed = [m for m in (result.get("metrics") or {}).values() if not m.get("passed")]
+        lines += ["## Expected against actual", "",
+                  f"Tolerance of the check repro.sh runs: {check['mode']}"
+                  + (f", |actual - expected| <= {check['atol']:.3g} + {check['rtol']:.3g} x |expected|"
+                     if check["mode"] == "approximate" else ", bit-exact") + f" ({check['type']} output).", ""]
+        for m in failed:
+            lines.append(f"- {m['name']}: {m.get('mismatches')} of {m.get('elements')} elements outside; "
+                         f"max abs error {m.get('max_abs_error'):.6g}, worst at {m.get('worst_index')} "
+                         f"(tolerance there {m.get('tolerance_at_worst'):.6g})")
+        worst = _worst(cfg.case_dir(minimal), check)
+        if worst:
+            lines += ["", "| index | expected | actual | abs error | tolerance |", "|---|---|---|---|---|", *worst]
+        lines.append("")
+    lines += ["## Reproduce", "",
+              "`bash repro.sh` in this folder compiles the MLIR below with the exact flags"
+              + (", runs the module on the saved input and checks its output against the saved expected output"
+                 if input_file else "")
+              + "; it exits non-zero while the failure is there.", "", "```bash",
+              *[line for line in repro.read_text().splitlines() if not line.startswith("python3 - <<")
+                and line not in ("PY",)][:40], "```", ""]
+    if text_mlir is not None and len(text_mlir) <= INLINE_MLIR:
+        lines += [f"## The MLIR ({MLIR})", "", "```mlir", text_mlir.rstrip(), "```", ""]
+    else:
+        lines += [f"## The MLIR", "", f"In `{MLIR}` beside this report ({len(text_mlir or '')} characters)"
+                  + (f"; the compiler reads `{mlir_name}`." if mlir_name != MLIR else "."), ""]
+    lines += ["## Versions", "", "| | |", "|---|---|",
+              *[f"| {k} | {_cell(v)} |" for k, v in versions.items()], ""]
+    lines += [f"## The sweep's cases in this bucket: {len(entries)}", "",
+              "Flavors: " + ", ".join(f"{v} {n}" for v, n in sorted(_count(e["backend"] + "_" + e["flavor"]
+                                                                              for e in entries).items())), "",
+              "| geometry | range |", "|---|---|", *_geometry_range(entries), "",
+              "Examples: " + ", ".join(f"`{e['case']}`" for e in sorted(entries, key=lambda e: e["case"])[:5]), ""]
+    if shrunk:
+        lines += ["## How the minimal case was found", "",
+                  f"Shrunk from `{shrunk['original']['case']}` ({shrunk['original']['macs']:,} MACs) in "
+                  f"{shrunk['attempts']} attempts ({shrunk['seconds']:.0f} s)"
+                  + (", stopped by the time budget: the smallest found in it" if shrunk.get("stopped_by_budget") else "")
+                  + ", each attempt failing the same way.", ""]
+    lines += ["---", f"Bucket: `{bucket}`", ""]
+    path = folder / "report.md"
+    write_text(path, "\n".join(lines))
+    return path
+
+
+def _cell(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _count(items) -> dict:
+    from collections import Counter
+
+    return dict(Counter(items))
+
+
+def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print) -> list[Path]:
+    """Write the bug reports of the selected buckets of every selected target; the report.md paths."""
+    from dataclasses import replace
+
+    from pipeline.results.report import by_target, collect, signature, tool_versions
+    from pipeline.triage.shrink import shrink, tool_identity
+
+    written = []
+    for target, selected in by_target(cfg, cases):
+        entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir) if e["status"] in REPORTED]
+        groups: dict[str, list[dict]] = {}
+        for e in entries:
+            groups.setdefault(e["bucket"], []).append(e)
+        chosen = select(groups, wanted, target.name)
+        if not chosen:
+            log(f"{target.name}: no failures in this run: no bug reports")
+            continue
+        identity = tool_identity(cfg, target)
+        versions = tool_versions(cfg, target)
+        root = cfg.build_dir / BUGREPORTS / target.name
+        index = []
+        for bucket in sorted(chosen, key=lambda b: (-len(chosen[b]), b)):
+            members = chosen[bucket]
+            by_name = {c.name: c for c in selected}
+            smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
+            case = by_name[smallest["case"]]
+            summary = _earlier(cfg, target, bucket, identity)
+            if summary is not None:
+                log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
+                    f"({summary['minimal']['macs']:,} MACs)")
+            elif budget > 0:
+                log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget:g} s")
+                try:
+                    summary = shrink(case, cfg, log=lambda line: None, budget=budget)
+                except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
+                    log(f"  {err}; reporting the sweep's case as it is")
+                    summary = None
+                if summary is not None and summary["signature"] != bucket:
+                    log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
+                    summary = None
+            if summary is not None:
+                shrunk_cfg = replace(cfg, build_dir=Path(summary["minimal"]["folder"]).parents[2])
+                minimal = replace(case, category="shrink", expected=None,
+                                  geometry=Geometry.from_dict(summary["minimal"]["geometry"]))
+                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions)
+            else:
+                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions)
+            written.append(path)
+            index.append(f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {len(members)} | {title(bucket, target.name)} |")
+            log(f"{target.name}: {path}")
+        write_text(root / "index.md", "\n".join([f"# Bug reports: {target.name}", "",
+                                                   f"{len(entries)} failing cases of this run in {len(groups)} buckets"
+                                                   + (f"; {len(chosen)} reported here" if len(chosen) != len(groups) else "")
+                                                   + ".", "", "| bucket | cases | title |", "|---|---|---|",
+                                                   *index, ""]))
+        log(f"{target.name}: {root / 'index.md'}")
+    return written
