@@ -66,12 +66,17 @@ def task_compare():
     return {"actions": [(tasks.compare, [RUN])], "params": params, "verbosity": 2, "uptodate": [False]}
 
 
+KEEP_DATA = {"name": "keep_data", "long": "keep-data", "type": bool, "default": False,
+             "help": "every attempt crops the original case's weights and input instead of drawing its own "
+                     "(a failure that depends on the values)"}
+
+
 def task_shrink():
     """Shrink a failing case (doit shrink <case>@<target>): the smallest geometry failing the same way."""
     budget = {"name": "budget", "long": "budget", "type": float, "default": 0,
               "help": "seconds after which no new attempt starts; the smallest geometry found so far is kept "
                       "(default 0: no limit)"}
-    return {"actions": [(tasks.shrink, [RUN])], "params": [budget], "pos_arg": "cases", "verbosity": 2,
+    return {"actions": [(tasks.shrink, [RUN])], "params": [budget, KEEP_DATA], "pos_arg": "cases", "verbosity": 2,
             "uptodate": [False]}
 
 
@@ -80,8 +85,8 @@ def task_bugreport():
     budget = {"name": "budget", "long": "budget", "type": float, "default": 300,
               "help": "seconds of shrinking per bucket without a valid earlier shrink (default 300; "
                       "0: report the bucket's smallest case as it is)"}
-    return {"actions": [(tasks.bugreport, [RUN])], "params": [budget], "pos_arg": "buckets", "verbosity": 2,
-            "uptodate": [False]}
+    return {"actions": [(tasks.bugreport, [RUN])], "params": [budget, KEEP_DATA], "pos_arg": "buckets",
+            "verbosity": 2, "uptodate": [False]}
 
 
 def task_refused():

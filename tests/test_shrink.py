@@ -5,6 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
@@ -121,6 +122,19 @@ def test_shrink_escapes_a_failure_no_single_dimension_can_lower(tmp_path):
     # one dimension at a time stops at 8 and 8: each alone lowered passes
     assert tried["w1_h1_f8_k1_c7_r1_pvalid"] == tried["w1_h1_f7_k1_c8_r1_pvalid"] == "pass"
     assert tried["w1_h1_f4_k1_c4_r1_pvalid"] == "same"  # the pair, halved together
+
+    # --keep-data: the same search, every attempt cropping the original's weights and input
+    kept = doit("shrink", "--keep-data", f"{case}@llvm-cpu", env=env)
+    assert kept.returncode == 0 and "(the original's data, cropped)" in kept.stdout, kept.stdout + kept.stderr
+    summary = json.loads((tmp_path / "build" / "shrink" / "llvm-cpu" / case / "shrink.json").read_text())
+    assert summary["keep_data"] and summary["minimal"]["geometry"] == minimal.to_dict()
+    folder = Path(summary["minimal"]["folder"])
+    assert folder.parent.name == f"conv_onnx_f32_{minimal.id}_data_{Geometry.from_dict(start).id}"
+    from pipeline.space.cases import Case
+    from pipeline.space.data import make_input
+
+    original = make_input(Case(Geometry.from_dict(start), "onnx", "f32"))
+    assert np.array_equal(np.load(folder.parent / "input.npy"), original[:1, :1, :1])
 
 
 class _Predicate:

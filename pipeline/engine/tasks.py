@@ -369,7 +369,7 @@ def compare(run: Run, old, new, out, noise_floor):
     return None
 
 
-def shrink(run: Run, cases, budget):
+def shrink(run: Run, cases, budget, keep_data):
     from pipeline.triage.shrink import describe, find_case, shrink
 
     if len(cases) != 1:
@@ -377,20 +377,20 @@ def shrink(run: Run, cases, budget):
     if budget < 0:
         return TaskFailed(f"conv-sweep: doit shrink --budget={budget}: must be a number of seconds >= 0")
     try:
-        summary = shrink(find_case(run.cases, cases[0]), run.cfg, budget=budget or None)
+        summary = shrink(find_case(run.cases, cases[0]), run.cfg, budget=budget or None, keep_data=keep_data)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     print(describe(summary))
     return None
 
 
-def bugreport(run: Run, buckets, budget):
+def bugreport(run: Run, buckets, budget, keep_data):
     from pipeline.triage.bugreport import bugreports
 
     if budget < 0:
         return TaskFailed(f"conv-sweep: doit bugreport --budget={budget}: must be a number of seconds >= 0")
     try:
-        bugreports(run.cfg, run.cases, list(buckets), budget)
+        bugreports(run.cfg, run.cases, list(buckets), budget, keep_data=keep_data)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     return None

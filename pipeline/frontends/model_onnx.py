@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 
 from pipeline.space.cases import Case
-from pipeline.space.data import conv_weights, input_shape
+from pipeline.space.data import case_weights, input_shape
 from pipeline.core.tools import write_bytes
 
 F32_OPSET = 17
@@ -34,7 +34,7 @@ def export_f32(case: Case) -> bytes:
     import torch
 
     g = case.geometry
-    kernel, bias = conv_weights(g, case.weight_seed)
+    kernel, bias = case_weights(case)
     conv_type = torch.nn.Conv1d if g.rank == 1 else torch.nn.Conv2d
     module = conv_type(g.c_in, g.c_out, g.kernel, stride=g.stride, padding=0, dilation=g.dilation,
                        groups=g.groups, bias=True)

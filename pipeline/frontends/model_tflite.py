@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from pipeline.space.cases import Case
-from pipeline.space.data import calibration_samples, conv_weights
+from pipeline.space.data import calibration_samples, case_weights
 from pipeline.core.tools import write_bytes
 
 
@@ -25,7 +25,7 @@ def _keras_model(case: Case):
     import keras
 
     g = case.geometry
-    kernel, bias = conv_weights(g, case.weight_seed)  # (O, I / groups, *K)
+    kernel, bias = case_weights(case)  # (O, I / groups, *K)
     # Named: Keras numbers unnamed layers per process (conv2d_7, ...), which would make the same
     # case's .tflite bytes differ from one build to the next and re-run everything downstream.
     inputs = keras.Input((*g.spatial, g.c_in), batch_size=g.batch, name="input")

@@ -208,7 +208,8 @@ def model(cases: list[Case], cfg: Config) -> str | None:
 
     def stored():
         return key_of({"stage": "model", **stage_fingerprint("model"), "geometry": case.geometry.to_dict(),
-                       "backend": case.backend, "flavor": case.flavor}), [case.model_file]
+                       "backend": case.backend, "flavor": case.flavor,
+                       **({"data_from": case.data_from.to_dict()} if case.data_from else {})}), [case.model_file]
 
     return _run("model", "model", cases, cfg, work, prepare, stored)
 

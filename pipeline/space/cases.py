@@ -31,6 +31,8 @@ class Case:
     compile_only: bool = False  # verify checks that it compiles and runs, not the numbers
     expected: Expectation | None = None  # its entry in the target's expected-failures list
     target: str = "llvm-cpu"  # the target profile it is compiled for and run on
+    # `doit shrink --keep-data`: the geometry whose seeded weights and input this case crops
+    data_from: Geometry | None = None
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
@@ -46,7 +48,8 @@ class Case:
 
     @cached_property
     def name(self) -> str:
-        return f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
+        base = f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
+        return f"{base}_data_{self.data_from.id}" if self.data_from is not None else base
 
     @cached_property
     def key(self) -> str:
@@ -59,13 +62,16 @@ class Case:
 
     @property
     def seed(self) -> int:
-        """Seed of this case's inputs: stable across runs and machines."""
+        """Seed of this case's inputs: stable across runs and machines (a case cropping another's
+        data: that case's)."""
+        if self.data_from is not None:
+            return _stable_hash(f"conv_{self.backend}_{self.flavor}_{self.data_from.id}")
         return _stable_hash(self.name)
 
     @property
     def weight_seed(self) -> int:
         """Seed of the model's weights: one per geometry, shared by every flavor."""
-        return _stable_hash(self.geometry.id)
+        return _stable_hash((self.data_from or self.geometry).id)
 
 
 def _stable_hash(text: str) -> int:

@@ -2,8 +2,11 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from pipeline.core.errors import ConfigError
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry
 
@@ -21,6 +24,28 @@ def conv_weights(geometry: Geometry, seed: int) -> tuple[np.ndarray, np.ndarray]
     return kernel, bias
 
 
+def _crop(array: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """The leading corner of `array` of that shape (a case keeping a larger case's data)."""
+    if len(shape) != array.ndim or any(n > m for n, m in zip(shape, array.shape)):
+        raise ConfigError("data_from", list(array.shape), f"cannot be cropped to the {what} shape {list(shape)}")
+    return np.ascontiguousarray(array[tuple(slice(0, n) for n in shape)])
+
+
+def _original(case: Case) -> Case:
+    return replace(case, geometry=case.data_from, data_from=None)
+
+
+def case_weights(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The case's kernel and bias: its own seeded ones, or those of the geometry it keeps the
+    data of, cropped (output channels, input channels per group, kernel taps: the leading ones)."""
+    g = case.geometry
+    if case.data_from is None:
+        return conv_weights(g, case.weight_seed)
+    kernel, bias = conv_weights(case.data_from, case.weight_seed)
+    return (_crop(kernel, (g.c_out, g.c_in // g.groups, *g.kernel), "kernel"),
+            _crop(bias, (g.c_out,), "bias"))
+
+
 def input_shape(case: Case) -> tuple[int, ...]:
     """In the model's own layout: NHWC/NWC for TFLite, NCHW/NCW for ONNX."""
     g = case.geometry
@@ -35,7 +60,10 @@ def float_samples(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def make_input(case: Case) -> np.ndarray:
-    """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8."""
+    """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8
+    (a case keeping another's data: that input, cropped)."""
+    if case.data_from is not None:
+        return _crop(make_input(_original(case)), input_shape(case), "input")
     shape = input_shape(case)
     if case.flavor == "w8i8":
         return np.random.default_rng(case.seed).integers(-128, 128, shape, dtype=np.int8)
@@ -49,5 +77,7 @@ def make_input(case: Case) -> np.ndarray:
 
 def calibration_samples(case: Case, count: int = 8) -> list[np.ndarray]:
     """Representative dataset for full-int8 calibration: same distribution as the f32 inputs."""
+    if case.data_from is not None:
+        return [_crop(s, input_shape(case), "input") for s in calibration_samples(_original(case), count)]
     shape = input_shape(case)
     return [float_samples(shape, case.weight_seed + 1 + i) for i in range(count)]

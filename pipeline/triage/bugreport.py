@@ -75,7 +75,7 @@ def select(groups: dict[str, list[dict]], wanted: list[str], target: str) -> dic
     return chosen
 
 
-def _earlier(cfg: Config, target, bucket: str, identity: dict) -> dict | None:
+def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) -> dict | None:
     """The smallest minimum of an earlier shrink of this bucket, still valid today."""
     from pipeline.triage.shrink import SHRINK_DIR
 
@@ -85,7 +85,8 @@ def _earlier(cfg: Config, target, bucket: str, identity: dict) -> dict | None:
             summary = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if summary.get("signature") != bucket or summary.get("tools") != identity:
+        if summary.get("signature") != bucket or summary.get("tools") != identity or \
+                bool(summary.get("keep_data")) != keep_data:
             continue
         if read_result(Path(summary["minimal"]["folder"])) is None:
             continue
@@ -256,8 +257,10 @@ def _count(items) -> dict:
     return dict(Counter(items))
 
 
-def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print) -> list[Path]:
-    """Write the bug reports of the selected buckets of every selected target; the report.md paths."""
+def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,
+               keep_data: bool = False) -> list[Path]:
+    """Write the bug reports of the selected buckets of every selected target; the report.md
+    paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py)."""
     from dataclasses import replace
 
     from pipeline.results.report import by_target, collect, signature, tool_versions
@@ -276,30 +279,32 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
         identity = tool_identity(cfg, target)
         versions = tool_versions(cfg, target)
         root = cfg.build_dir / BUGREPORTS / target.name
+        by_name = {c.name: c for c in selected}
         index = []
         for bucket in sorted(chosen, key=lambda b: (-len(chosen[b]), b)):
             members = chosen[bucket]
-            by_name = {c.name: c for c in selected}
             smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
             case = by_name[smallest["case"]]
-            summary = _earlier(cfg, target, bucket, identity)
+            summary = _earlier(cfg, target, bucket, identity, keep_data)
             if summary is not None:
                 log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
                     f"({summary['minimal']['macs']:,} MACs)")
             elif budget > 0:
                 log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget:g} s")
                 try:
-                    summary = shrink(case, cfg, log=lambda line: None, budget=budget)
+                    summary = shrink(case, cfg, log=lambda line: None, budget=budget, keep_data=keep_data)
                 except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
                     log(f"  {err}; reporting the sweep's case as it is")
                     summary = None
                 if summary is not None and summary["signature"] != bucket:
                     log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
                     summary = None
-            if summary is not None:
+            origin = by_name.get(summary["original"]["case"]) if summary is not None else None
+            if origin is not None:  # the case the shrink started from (any case of the bucket)
                 shrunk_cfg = replace(cfg, build_dir=Path(summary["minimal"]["folder"]).parents[2])
-                minimal = replace(case, category="shrink", expected=None,
-                                  geometry=Geometry.from_dict(summary["minimal"]["geometry"]))
+                minimal = replace(origin, category="shrink", expected=None,
+                                  geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
+                                  data_from=origin.geometry if summary.get("keep_data") else None)
                 path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions)
             else:
                 path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions)

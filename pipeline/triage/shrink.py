@@ -106,8 +106,10 @@ def buildable(g: Geometry, backend: str) -> bool:
 class Shrinker:
     """Runs attempts for one failing case in its own build folder, remembering each geometry's outcome."""
 
-    def __init__(self, case: Case, cfg: Config, folder: Path, log=print):
-        self.case = replace(case, category="shrink", expected=None)
+    def __init__(self, case: Case, cfg: Config, folder: Path, log=print, keep_data: bool = False):
+        # with keep_data, every attempt crops the original case's weights and input
+        # (pipeline/space/data.py) instead of drawing its own
+        self.case = replace(case, category="shrink", expected=None, data_from=case.geometry if keep_data else None)
         self.cfg = replace(cfg, build_dir=Path(folder), scheduler=None, shard=None)
         self.folder = Path(folder)
         self.log = log
@@ -278,14 +280,15 @@ def shrink_dir(cfg: Config, case: Case) -> Path:
     return cfg.build_dir / SHRINK_DIR / case.target / case.name
 
 
-def shrink(case: Case, cfg: Config, log=print, budget: float | None = None) -> dict:
+def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep_data: bool = False) -> dict:
     """Shrink `case` (a case of the sweep, on its target); return the summary shrink.json holds.
-    With a `budget` (seconds), no attempt starts after it is spent."""
+    With a `budget` (seconds), no attempt starts after it is spent; with `keep_data`, every
+    attempt keeps the original's data, cropped (a failure that depends on the values)."""
     folder = shrink_dir(cfg, case)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     start = time.monotonic()
-    shrinker = Shrinker(case, cfg, folder, log)
+    shrinker = Shrinker(case, cfg, folder, log, keep_data)
     shrinker.deadline = start + budget if budget else None
     swept = read_result(cfg.case_dir(case)) or {}
     log(f"conv-sweep: shrinking {case.key} ({macs(case.geometry):,} MACs); attempts in {folder}")
@@ -314,6 +317,7 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None) -> d
         "seconds": round(time.monotonic() - start, 1),
         "stopped_by_budget": shrinker.stopped,
         "timeout": cfg.timeout,
+        "keep_data": keep_data,  # the attempts cropped the original's weights and input
         "tools": tool_identity(cfg, cfg.target(case.target)),  # what the answer holds for (doit bugreport)
         "tried": [a.to_dict() for a in shrinker.attempts],
     }
@@ -335,7 +339,8 @@ def describe(summary: dict) -> str:
     return "\n".join([
         f"failure kept: {summary['signature']}",
         f"original: {o['case']}  {o['macs']:,} MACs  {json.dumps(o['geometry'])}",
-        f"minimal:  {m['case']}  {m['macs']:,} MACs  {json.dumps(m['geometry'])}",
+        f"minimal:  {m['case']}  {m['macs']:,} MACs  {json.dumps(m['geometry'])}"
+        + ("  (the original's data, cropped)" if summary.get("keep_data") else ""),
         f"{summary['attempts']} attempts ({summary['compile_attempts']} compiles) in {summary['seconds']:.1f} s"
         + (" (stopped by the time budget: the smallest found so far)" if summary["stopped_by_budget"] else ""),
         f"minimal case folder: {m['folder']}",
