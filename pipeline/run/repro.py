@@ -92,6 +92,12 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
     compiler, runner = _variable(target.compiler), _variable(target.runner)
     tools = {compiler: _command(target, target.compiler), runner: _command(target, target.runner)}
     limit = {stage: f"timeout -k 5 {max(1, round(seconds))} " if seconds else "" for stage, seconds in limits.items()}
+
+    def timed(stage: str, line: str) -> str:  # a timeout says so, and exits 124 as timeout does
+        if not limit.get(stage):
+            return line
+        return (f'{limit[stage]}{line} || {{ status=$?; [ "$status" -ne 124 ] || '
+                f'echo "{stage} timed out after {max(1, round(limits[stage]))} s (the sweep\'s limit)" >&2; exit "$status"; }}')
     lines = [
         "#!/usr/bin/env bash",
         f"# {case.name} on {target.name}: compile, run and check, with nothing but the {target.name} tools.",
@@ -101,18 +107,17 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
         'cd "$(dirname "$0")"',
         *_tool_lines(tools),
         "set -x",
-        f'{limit.get("compile", "")}"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb '
-        + shlex.join(target.compile_flags(case.variant)),
+        timed("compile", f'"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))),
     ]
     if input_file is not None:
-        run = [f'{limit.get("run", "")}"${{{runner}[@]}}"', "--module=repro.vmfb",
+        run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb",
                *map(shlex.quote, target.profile.run_flags), f"--function={target.profile.function(case.backend)}",
                shlex.quote(input_file)]
         if check:
             lines += ["# checks the output against the saved oracle output, with the sweep's tolerance",
-                      " ".join(run + ["--output=@repro-actual.bin"]), _STDLIB_CHECK]
+                      timed("run", " ".join(run + ["--output=@repro-actual.bin"])), _STDLIB_CHECK]
         else:
-            lines += [" ".join(run)]
+            lines += [timed("run", " ".join(run))]
     path = Path(folder) / REPRO
     write_text(path, "\n".join(lines) + "\n")
     path.chmod(0o755)
