@@ -74,6 +74,24 @@ def _atomic_copy(source: Path, dest: Path) -> None:
             os.unlink(tmp)
 
 
+def _atomic_link(source: Path, dest: Path) -> None:
+    """Put the store's object at dest as a hard link (no bytes copied; the object is
+    read-only, and every writer of a build folder replaces a file rather than writing into it),
+    or as a copy where the two are on different filesystems or links are refused."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}.{time.monotonic_ns()}.link"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        _atomic_copy(source, dest)
+        return
+    try:
+        os.replace(tmp, dest)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
 def _atomic_write(dest: Path, data: bytes) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
@@ -104,7 +122,7 @@ class Store:
         return entry if isinstance(entry, dict) and isinstance(entry.get("files"), dict) else None
 
     def get(self, key: str, dest_dir: Path, names: list[str]) -> Hit | None:
-        """Copy the key's files into dest_dir (each checked against its digest first), or give
+        """Put the key's files into dest_dir (each checked against its digest first), or give
         its remembered failure; None when the store has neither, or its entry is damaged (then
         removed, so the caller rebuilds and stores it again)."""
         entry = self._read_entry(key)
@@ -121,7 +139,7 @@ class Store:
                 self._forget(key, files[name])
                 return None
         for name in names:
-            _atomic_copy(self._object(files[name]), Path(dest_dir) / name)
+            _atomic_link(self._object(files[name]), Path(dest_dir) / name)
         self._touch(key)
         return Hit(tuple(names), None)
 
@@ -134,6 +152,7 @@ class Store:
             target = self._object(digest)
             if not target.exists():
                 _atomic_copy(path, target)
+                os.chmod(target, 0o444)  # shared by hard links with build folders: never written in place
             files[name] = digest
         self._write_entry(key, {"files": files, "outcome": None, "what": what})
 
