@@ -56,3 +56,30 @@ def test_code_text_follows_the_code_not_its_imports_or_prose(tmp_path):
     three.write_text('from .errors import X\n\ndef f(a):\n    return a + 2\n')
     assert code_text(one) == code_text(two)  # moved and reworded: the same code
     assert code_text(one) != code_text(three)  # the code changed
+
+
+def test_code_digests_are_kept_on_disk_per_file_size_and_mtime(tmp_path, monkeypatch):
+    import os
+
+    from pipeline.core import fingerprint
+
+    modules = ("space.geometry", "core.tools")
+    fingerprint.code_digest.cache_clear()
+    expected = fingerprint.code_digest(modules)  # as computed from the code
+    monkeypatch.setattr(fingerprint, "CODE_DIGESTS", tmp_path / "code-digests.json")
+    fingerprint.code_digest.cache_clear()
+    assert fingerprint.code_digest(modules) == expected and (tmp_path / "code-digests.json").is_file()
+    parsed = []
+    real = fingerprint.code_text
+    monkeypatch.setattr(fingerprint, "code_text", lambda path: parsed.append(path) or real(path))
+    fingerprint.code_digest.cache_clear()
+    assert fingerprint.code_digest(modules) == expected and parsed == []  # read back, nothing parsed
+    source = fingerprint.module_file("core.tools")
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # the file changed: parsed again
+    try:
+        fingerprint.code_digest.cache_clear()
+        assert fingerprint.code_digest(modules) == expected and len(parsed) == 2
+    finally:
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        fingerprint.code_digest.cache_clear()

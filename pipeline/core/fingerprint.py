@@ -18,6 +18,7 @@ from pipeline.core.integrity import sha256
 from pipeline.core.tools import write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # pipeline/
+CODE_DIGESTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "conv-sweep" / "code-digests.json"
 
 # stage -> (modules whose code shapes its output, distributions whose version does)
 STAGE_INPUTS = {
@@ -97,10 +98,37 @@ def module_file(name: str) -> Path:
 
 @lru_cache(maxsize=None)
 def code_digest(modules: tuple[str, ...]) -> str:
+    """The digest of the modules' code_text. Parsing them costs about 0.4 s per process (the
+    run's main process and each worker), so it is kept on disk per file size and mtime, as a
+    tool's digest is (CODE_DIGESTS; a stale entry needs an edit that keeps both)."""
+    files = [module_file(name) for name in modules]
+    try:
+        stats = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+    except OSError:
+        stats = None
+    known = _read_json(CODE_DIGESTS)
+    if stats is not None and isinstance(known.get(stats), str):
+        return known[stats]
     h = hashlib.sha256()
-    for name in modules:
-        h.update(code_text(module_file(name)).encode() + b"\0")
-    return h.hexdigest()[:16]
+    for f in files:
+        h.update(code_text(f).encode() + b"\0")
+    digest = h.hexdigest()[:16]
+    if stats is not None:
+        kept = dict(list(known.items())[-63:])  # the latest few sets of files: this checkout's
+        kept[stats] = digest
+        try:
+            write_text(CODE_DIGESTS, json.dumps(kept))
+        except OSError:
+            pass  # a read-only cache folder: computed again next time
+    return digest
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @lru_cache(maxsize=None)
