@@ -26,6 +26,8 @@ Knobs (all optional):
                             (iree-benchmark-module on llvm-cpu and vmvx; see pipeline/targets/perf.py)
   CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
                             target's name (default pipeline/space/expected_failures/<target>.json)
+  CONV_SWEEP_ORDER, CONV_SWEEP_PROGRESS_INTERVAL, CONV_SWEEP_JOBS: the dispatch order, the seconds
+                            between progress lines, the pytest front end's doit workers
 """
 from __future__ import annotations
 
@@ -137,6 +139,7 @@ class Config:
         env = os.environ if environ is None else environ
         base = Path(base_dir or os.getcwd())
         n = _parse_int(env, "CONV_SWEEP_N", DEFAULT_N, minimum=0)
+        progress_interval(env), order(env), jobs(env)  # read where they are used; checked before any work
         timeout = _parse_float(env, "CONV_SWEEP_TIMEOUT", DEFAULT_TIMEOUT)
         build_dir = base / (env.get("CONV_SWEEP_BUILD_DIR") or default_build_dir or "build")
         try:
@@ -298,6 +301,36 @@ def _parse_int(env, name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(name, raw, f"must be at least {minimum}")
     return value
+
+
+ORDERS = ("chains", "breadth")  # CONV_SWEEP_ORDER
+
+
+def progress_interval(env) -> float:
+    """CONV_SWEEP_PROGRESS_INTERVAL: seconds between progress lines off a terminal (0: every change)."""
+    raw = env.get("CONV_SWEEP_PROGRESS_INTERVAL", "")
+    if raw.strip() == "":
+        return 5.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError("CONV_SWEEP_PROGRESS_INTERVAL", raw, "must be a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError("CONV_SWEEP_PROGRESS_INTERVAL", raw, "must be a number of seconds >= 0")
+    return value
+
+
+def order(env) -> str:
+    """CONV_SWEEP_ORDER: chains (depth first, the default) or breadth (doit's own order)."""
+    value = env.get("CONV_SWEEP_ORDER", "").strip() or "chains"
+    if value not in ORDERS:
+        raise ConfigError("CONV_SWEEP_ORDER", env["CONV_SWEEP_ORDER"], f"must be one of {', '.join(ORDERS)}")
+    return value
+
+
+def jobs(env) -> int:
+    """CONV_SWEEP_JOBS: doit workers of the pytest front end (default 2)."""
+    return _parse_int(env, "CONV_SWEEP_JOBS", 2, minimum=1)
 
 
 def _parse_float(env, name: str, default: float) -> float:

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from helpers import ROOT, doit
+from pipeline.config import jobs
 from pipeline.config import Config
 from pipeline.core.chain import STAGES
 from pipeline.outcome.result import COMPILED, PASS, XFAIL, read_result
@@ -40,7 +41,7 @@ def _params(cases, stages=None):
     return out
 
 
-JOBS = os.environ.get("CONV_SWEEP_JOBS", "2")
+JOBS = str(jobs(os.environ))
 
 pytestmark = [pytest.mark.conv_sweep, pytest.mark.slow]  # slow too: `pytest -m "not slow"` leaves it out
 

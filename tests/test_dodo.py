@@ -103,6 +103,11 @@ BAD_SPECS = {
     ("CONV_SWEEP_SPEC", "inverted"),
     ("CONV_SWEEP_SPEC", "geometry"),
     ("CONV_SWEEP_PROFILE", "huge"),
+    ("CONV_SWEEP_PROGRESS_INTERVAL", "x"),
+    ("CONV_SWEEP_PROGRESS_INTERVAL", "-1"),
+    ("CONV_SWEEP_ORDER", "sideways"),
+    ("CONV_SWEEP_JOBS", "0"),
+    ("CONV_SWEEP_JOBS", "two"),
 ])
 def test_bad_configuration_stops_before_any_task(tmp_path, knob, value):
     expected = f"{knob}={value!r}"

@@ -25,6 +25,9 @@ from collections import deque
 
 from doit.control import TaskDispatcher
 
+from pipeline.config import order
+from pipeline.core.errors import ConfigError
+
 
 class _DepthFirst(deque):
     """A ready queue whose appends go to its front, keeping the order of consecutive appends."""
@@ -63,8 +66,12 @@ def _update_waiting_first(self, processed):
 
 
 def install() -> None:
-    if os.environ.get("CONV_SWEEP_ORDER", "chains") == "breadth":
-        return
+    try:
+        if order(os.environ) == "breadth":
+            return
+    except ConfigError:
+        return  # the configuration's check reports it, before any task
+
     if dispatcher_digest() != WRITTEN_FOR:
         print("conv-sweep: this doit's task dispatcher is not the one pipeline/engine/order.py was written for "
               "(doit 0.37.0): tasks run in doit's own breadth-first order", file=sys.stderr)

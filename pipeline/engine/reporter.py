@@ -18,6 +18,7 @@ from doit.reporter import ConsoleReporter, JsonReporter
 from pipeline.core.chain import TASKS
 from pipeline.engine import order as doit_order
 from pipeline.engine.tasks import current
+from pipeline.config import progress_interval
 from pipeline.results.report import REPORT_AT_END
 
 doit_order.install()  # this module is loaded by doit (as a reporter plugin) before any task runs
@@ -221,7 +222,7 @@ class SweepReporter(ConsoleReporter):
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        interval = float(os.environ.get("CONV_SWEEP_PROGRESS_INTERVAL", "5"))
+        interval = progress_interval(os.environ)
         self.progress = Progress(sys.stderr, interval)
         self.report = False
         self.verbose = cli_verbosity() >= 2  # per-task lines and doit's own failure blocks
