@@ -17,11 +17,13 @@ from doit.reporter import ConsoleReporter, JsonReporter
 
 from pipeline.core.chain import TASKS
 from pipeline.engine import order as doit_order
+from pipeline.engine import selection
 from pipeline.engine.tasks import current
 from pipeline.config import progress_interval
 from pipeline.results.report import REPORT_AT_END
 
 doit_order.install()  # this module is loaded by doit (as a reporter plugin) before any task runs
+selection.install()
 
 
 def _start(report: bool) -> None:

@@ -370,17 +370,18 @@ def compare(run: Run, old, new, out, noise_floor):
 
 
 def shrink(run: Run, cases, budget, keep_data):
-    from pipeline.triage.shrink import describe, find_case, shrink
+    from pipeline.triage.shrink import describe, find_cases, shrink
 
     if len(cases) != 1:
         return TaskFailed("conv-sweep: doit shrink takes one case: doit shrink <case>@<target>")
     if budget < 0:
         return TaskFailed(f"conv-sweep: doit shrink --budget={budget}: must be a number of seconds >= 0")
     try:
-        summary = shrink(find_case(run.cases, cases[0]), run.cfg, budget=budget or None, keep_data=keep_data)
+        chosen = find_cases(run.cases, cases[0])  # a case name: that case on every selected target
+        for case in chosen:
+            print(describe(shrink(case, run.cfg, budget=budget or None, keep_data=keep_data)))
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
-    print(describe(summary))
     return None
 
 

@@ -348,13 +348,10 @@ def describe(summary: dict) -> str:
     ])
 
 
-def find_case(cases: list[Case], text: str) -> Case:
-    """The case named `text`: its name@target, or its name when one target is selected."""
+def find_cases(cases: list[Case], text: str) -> list[Case]:
+    """The cases named `text`: its name@target, or its name (that case on every selected target)."""
     matches = [c for c in cases if text in (c.key, c.name)]
-    if len(matches) == 1:
-        return matches[0]
     if matches:
-        raise ConfigError("case", text, "is on several targets: name one as <case>@<target> ("
-                          + ", ".join(c.key for c in matches) + ")")
+        return matches
     raise ConfigError("case", text, "is not a case of this run's selection (CONV_SWEEP_PROFILE, CONV_SWEEP_N, "
                       "CONV_SWEEP_SPEC, CONV_SWEEP_TARGET choose it); `doit list --all verify` lists them")
