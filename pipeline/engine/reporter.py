@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from doit.exceptions import UnmetDependency
@@ -52,6 +53,27 @@ def _closure(tasks: dict, selected: list[str]) -> set[str]:
 
 
 
+def _limits(run):
+    """A task's time limit, for the progress line: a compile's and a module run's their case's
+    (pipeline/targets/cost.py), every other tool's the hard one."""
+    cases = {c.key: c for c in run.cases}
+    stage_of = {"vmfb": "compile", "verify": "run"}
+    known: dict[str, float | None] = {}
+
+    def limit_of(name: str) -> float | None:
+        if name not in known:
+            task, _, subject = name.partition(":")
+            case = cases.get(subject)
+            try:
+                known[name] = run.cfg.limit(case, stage_of[task]).seconds if case and task in stage_of \
+                    else run.cfg.timeout
+            except Exception:  # noqa: BLE001 - a progress line never stops a run
+                known[name] = None
+        return known[name]
+
+    return limit_of
+
+
 class Progress:
     """What is moving, from the first seconds: tasks done per stage, cases verified, failures so
     far, elapsed time, and the time left estimated from the measured task durations."""
@@ -73,6 +95,10 @@ class Progress:
         self.started: dict[str, float] = {}
         self.concurrency = 1
         self.costs: dict[str, float] = {}  # case key -> planned seconds of its chain, where the run planned them
+        self.limit_of = lambda name: None  # a task's time limit in seconds, where it has one
+        self.lock = threading.RLock()  # doit's thread and the ticker
+        self.ticker: threading.Thread | None = None
+        self.stopped = threading.Event()
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
         """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
@@ -98,11 +124,34 @@ class Progress:
 
     def executing(self, name: str) -> None:
         if ":conv_" in name:
-            self.worked.update(self._keys(name))
-            self.started[name] = time.monotonic()
-            self.concurrency = max(self.concurrency, len(self.started))
+            with self.lock:
+                self.worked.update(self._keys(name))
+                self.started[name] = time.monotonic()
+                self.concurrency = max(self.concurrency, len(self.started))
+            self._tick()
+
+    def _tick(self) -> None:
+        """While tasks run, the line keeps moving even when none finishes (a long compile, a
+        hang until its limit): a thread redraws it every second (off a terminal, every
+        interval)."""
+        if self.ticker is None and self.total:
+            self.ticker = threading.Thread(target=self._ticking, name="conv-sweep-progress", daemon=True)
+            self.ticker.start()
+
+    def _ticking(self) -> None:
+        while not self.stopped.wait(1.0):
+            with self.lock:
+                if self.started:
+                    self.show()
+
+    def stop(self) -> None:
+        self.stopped.set()
 
     def finished(self, name: str, failed: bool) -> None:
+        with self.lock:
+            self._finished(name, failed)
+
+    def _finished(self, name: str, failed: bool) -> None:
         if ":conv_" not in name:
             return
         stage = name.split(":", 1)[0]
@@ -126,18 +175,39 @@ class Progress:
         the planned seconds of the cases not done, less what their running tasks have run, over
         the number of tasks seen running at once. Else each stage's unfinished tasks at that
         stage's mean measured duration (a stage not measured yet: the mean of those that are)."""
+        now = time.monotonic()
         if self.costs:
-            now = time.monotonic()
-            running = sum(now - began for began in self.started.values())
-            planned = sum(self.costs.get(case, 0.0) for case, tasks in self.pending.items() if tasks)
-            return max(planned - running, 0.0) / self.concurrency
+            # a case's planned seconds less what its running tasks have run, never below what
+            # they still need: nothing (a task past its plan is counted as about to end)
+            ran: dict[str, float] = {}
+            for name, began in self.started.items():
+                for case in self._keys(name):
+                    ran[case] = ran.get(case, 0.0) + now - began
+            planned = sum(max(self.costs.get(case, 0.0) - ran.get(case, 0.0), 0.0)
+                          for case, tasks in self.pending.items() if tasks)
+            return planned / self.concurrency
         measured = [d for durations in self.ran.values() for d in durations]
         if not measured:
             return None
         fallback = sum(measured) / len(measured)
-        work = sum((self.totals[s] - self.finished_tasks[s])
-                   * (sum(self.ran[s]) / len(self.ran[s]) if self.ran[s] else fallback) for s in TASKS)
-        return work / self.concurrency
+        mean = {s: sum(self.ran[s]) / len(self.ran[s]) if self.ran[s] else fallback for s in TASKS}
+        work = sum((self.totals[s] - self.finished_tasks[s]) * mean[s] for s in TASKS)
+        for name, began in self.started.items():  # a running task needs its mean less what it ran
+            stage = name.split(":", 1)[0]
+            work -= min(now - began, mean.get(stage, fallback))
+        return max(work, 0.0) / self.concurrency
+
+    def running(self, most: int = 2) -> str:
+        """The longest-running tasks, each with how long it has run and its limit."""
+        now = time.monotonic()
+        longest = sorted(self.started.items(), key=lambda item: item[1])[:most]
+        parts = []
+        for name, began in longest:
+            if now - began < 5:
+                continue
+            limit = self.limit_of(name)
+            parts.append(f"{name} {_clock(now - began)}" + (f" of {_clock(limit)}" if limit else ""))
+        return "; running: " + ", ".join(parts) if parts else ""
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
@@ -147,9 +217,13 @@ class Progress:
         left = self.left()
         if left is not None and self.done < self.total:
             text += f", ~{_clock(left)} left"
-        return text
+        return text + self.running()
 
     def show(self, final: bool = False) -> None:
+        with self.lock:
+            self._show(final)
+
+    def _show(self, final: bool) -> None:
         if not self.total:
             return
         now = time.monotonic()
@@ -162,6 +236,10 @@ class Progress:
         self.stream.flush()
 
     def clear(self) -> None:
+        with self.lock:
+            self._clear()
+
+    def _clear(self) -> None:
         if self.tty and self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
@@ -238,6 +316,8 @@ class SweepReporter(ConsoleReporter):
         run = current()
         if run is not None and run.costs and set(self.progress.pending) <= set(run.costs):
             self.progress.costs = run.costs
+        if run is not None:
+            self.progress.limit_of = _limits(run)
         if self.report and run is not None:
             refused = run.cfg.refused()
             if refused:
@@ -281,6 +361,7 @@ class SweepReporter(ConsoleReporter):
         self.progress.finished(task.name, False)
 
     def complete_run(self):
+        self.progress.stop()
         self.progress.show(final=True)
         changed = bool(self.progress.worked or self.failures)
         if not self.verbose:  # the failures were said once, as they happened
