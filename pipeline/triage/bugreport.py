@@ -220,8 +220,7 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
               + (", runs the module on the saved input and checks its output against the saved expected output"
                  if input_file else "")
               + "; it exits non-zero while the failure is there.", "", "```bash",
-              *[line for line in repro.read_text().splitlines() if not line.startswith("python3 - <<")
-                and line not in ("PY",)][:40], "```", ""]
+              *repro.read_text().splitlines(), "```", ""]
     if text_mlir is not None and len(text_mlir) <= INLINE_MLIR:
         lines += [f"## The MLIR ({MLIR})", "", "```mlir", text_mlir.rstrip(), "```", ""]
     else:
