@@ -6,6 +6,7 @@ import html
 import math
 
 from pipeline.outcome.result import RED
+from pipeline.results.explorer import section
 from pipeline.results.svg import Axis, Panel, Point, scatter_row, step_histogram, viridis
 from pipeline.space.cases import VARIANTS
 
@@ -121,7 +122,12 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 td, th { border: 1px solid #ccc; padding: 3px 8px; font-size: 13px; text-align: right; vertical-align: top; }
 td:first-child, th:first-child { text-align: left; }
 .buckets td, .rows td { text-align: left; }
-figure { margin: 0; overflow-x: auto; }"""
+figure { margin: 0; overflow-x: auto; }
+#filters select, #filters input { margin: 0 6px 6px 0; max-width: 30em; }
+th.sortable { cursor: pointer; text-decoration: underline dotted; }
+#case-view { border: 2px solid #888; padding: 0 1em 1em; margin: 1em 0; background: #fafafa; }
+.maps figure.map { display: inline-block; margin: 0 1em 0.5em 0; }
+pre { white-space: pre-wrap; font-size: 12px; }"""
 
 
 def _issue_link(issue: str) -> str:
@@ -194,6 +200,7 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     images = "".join(f'<h3>{e(title)}</h3><figure>{svg}</figure>' for title, svg in figures)
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
     performance = _performance(entries)
+    cases = section(entries)
     return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
 <p>{len(entries)} cases. Status: pass, compiled (compile-only: not run or compared), fail (numbers out
 of tolerance), error:&lt;stage&gt; (a tool or stage failed), harness (conv-sweep itself failed: never
@@ -209,6 +216,7 @@ with another bucket: fails the run), xpass (listed, but passed: fails the run).<
 <h2>Where cases fail</h2>
 {images}
 {performance}
+{cases}
 <h2>Failing cases</h2>
 <table class="buckets"><tr><th>case</th><th>status</th><th>stage</th><th>reason</th><th>repro</th></tr>{failure_rows}</table>
 <h2>Tools</h2><ul>{versions}</ul>
