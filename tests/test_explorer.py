@@ -127,3 +127,37 @@ def test_filter_open_reload_and_no_console_errors(page, browser):
 
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def test_compare_html_lists_filter_search_and_sort(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from pipeline.triage.diff import KINDS, _html
+
+    def change(case, old, new, stage):
+        return {"case": case, "old": old, "new": new, "stage": stage, "reason": f"{stage} failed", "repro": "r.sh"}
+
+    d = {key: [] for key, _ in KINDS}
+    d.update(regressions=[change(f"conv_a{i}", "pass", "error", "compile") for i in range(4)]
+             + [change("conv_b", "pass", "fail", "verify")],
+             fixed=[change("conv_c", "error", "pass", None)], noise_floor=0.05, timing=None)
+    page = tmp_path / "compare.html"
+    page.write_text(_html([("torq", "torq", d)], "old/build", "new/build"))
+    browser.get(page.as_uri())
+    assert browser.find_element(By.ID, "shown").text == "6 of 6"
+    first = browser.find_elements(By.CSS_SELECTOR, "table.explore")[0]
+    selects = first.find_element(By.XPATH, "preceding-sibling::p[1]").find_elements(By.TAG_NAME, "select")
+    Select(selects[0]).select_by_visible_text("fixed")  # the change column
+    assert browser.find_element(By.ID, "shown").text == "1 of 6"
+    Select(selects[0]).select_by_index(0)
+    search = first.find_element(By.XPATH, "preceding-sibling::p[1]").find_element(By.TAG_NAME, "input")
+    search.send_keys("verify")
+    assert browser.find_element(By.ID, "shown").text == "1 of 6"
+    search.clear()
+    search.send_keys(" ")  # any input event: back to every row
+    first.find_elements(By.TAG_NAME, "th")[1].click()  # sort by case
+    first.find_elements(By.TAG_NAME, "th")[1].click()  # descending
+    visible = [r for r in first.find_elements(By.CSS_SELECTOR, "tr")[1:] if r.is_displayed()]
+    assert visible[0].find_elements(By.TAG_NAME, "td")[1].text == "conv_c"
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

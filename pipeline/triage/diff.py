@@ -177,6 +177,9 @@ def _junit(results, old, new) -> str:
     return "\n".join(lines) + "\n"
 
 
+TABLES_JS = Path(__file__).resolve().parents[1] / "results" / "tables.js"  # search, filters, sorting, "N of M"
+
+
 def _html(results, old_source, new_source) -> str:
     e = html.escape
     sections = []
@@ -197,15 +200,18 @@ def _html(results, old_source, new_source) -> str:
         sections.append(f"""<h2>target {e(target)}</h2>
 <table><tr><th></th><th>cases</th></tr>{counts}</table>
 <h3>Status changes</h3>
-<table class="rows"><tr><th>change</th><th>case</th><th>old</th><th>new</th><th>stage</th><th>reason</th><th>repro</th></tr>{rows}</table>
+<table class="rows explore"><tr><th data-filter>change</th><th>case</th><th data-filter>old</th><th data-filter>new</th><th data-filter>stage</th><th>reason</th><th>repro</th></tr>{rows}</table>
 <h3>Error-to-tolerance ratio moved more than {RATIO_FACTOR:g}x</h3>
-<table><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>
+<table class="explore"><tr><th>case</th><th>old</th><th>new</th><th>factor</th></tr>{moves}</table>
 <h3>Performance beyond the measured noise</h3>
 <p>Execution time: |log(new median / old median)| above the larger relative spread (slowest - fastest) /
 median of the two runs plus the machine's run-to-run noise ({d['noise_floor']:.0%}). Estimated NPU cycles:
 any change.{(' ' + e(_timing(d)) + '.') if d['timing'] else ''}</p>
-<table class="rows"><tr><th>change</th><th>case</th><th>old -> new</th></tr>{speed}</table>""")
+<table class="rows explore"><tr><th data-filter>change</th><th>case</th><th>old -> new</th></tr>{speed}</table>""")
     return page("conv-sweep compare", f"""<h1>conv-sweep compare</h1>
 <p>old: <code>{e(old_source)}</code><br>new: <code>{e(new_source)}</code></p>
 {''.join(sections)}
+<script>
+{TABLES_JS.read_text()}
+</script>
 """)
