@@ -171,6 +171,13 @@ class Config:
         from pipeline.targets.toolchain import root_from_env
 
         toolchain_root = root_from_env(env)
+        if env.get("CONV_SWEEP_TOOLCHAIN_DIR"):  # a folder, or one that can be made (read-only is fine: installed)
+            existing = toolchain_root
+            while not existing.exists() and existing != existing.parent:
+                existing = existing.parent
+            if not existing.is_dir():
+                raise ConfigError("CONV_SWEEP_TOOLCHAIN_DIR", env["CONV_SWEEP_TOOLCHAIN_DIR"],
+                                  f"is not a folder ({existing} is a file)")
         targets = []
         for profile in profiles:
             manifest = installed_toolchain(profile, toolchain_root)

@@ -41,8 +41,15 @@ def test_a_pattern_matching_nothing_is_an_error_naming_it():
     with pytest.raises(InvalidCommand, match=r'"verify:conv_\*_a" matches no task; a pattern matches whole task '
                                              r"names: end it with \* to match a prefix"):
         selection.expand(["verify:conv_*_a"], NAMES, _wild)
-    with pytest.raises(InvalidCommand, match=r'"verify:conv_tflite\*" matches no task \('):
+    with pytest.raises(InvalidCommand, match=r'"verify:conv_tflite\*" matches no task; did you mean verify:conv_onnx'):
         selection.expand(["verify:conv_tflite*"], NAMES, _wild)
+    with pytest.raises(InvalidCommand, match=r"did you mean verify:conv_onnx_f32_a@llvm-cpu, verify:conv_onnx_f32_a@vmvx"):
+        selection.expand(["verify:conv_*_a"], NAMES, _wild)  # the closest: what a trailing * matches
+
+
+def test_what_follows_a_task_with_positional_arguments_is_its_own():
+    args = ["bugreport", "verify:conv_*_a", "verify:conv_onnx_f32_a"]
+    assert selection.expand(args, NAMES, _wild, frozenset({"bugreport"})) == args
 
 
 @pytest.mark.slow

@@ -35,17 +35,35 @@ def selection_digest() -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def expand(selection: list[str], names: list[str], wild) -> list[str]:
+def closest(pattern: str, names: list[str], wild, most: int = 3) -> list[str]:
+    """Task names close to a pattern that matched none: what it matches with a trailing `*`,
+    else the names most like it."""
+    import difflib
+
+    found = wild(pattern + "*") if not pattern.endswith("*") else []
+    if found:
+        return found[:most]
+    stage = pattern.split(":", 1)[0] + ":"
+    same_stage = [n for n in names if n.startswith(stage)] or names
+    return difflib.get_close_matches(pattern.replace("*", ""), same_stage, n=most, cutoff=0.5)
+
+
+def expand(selection: list[str], names: list[str], wild, positional: frozenset = frozenset()) -> list[str]:
     """The command line's selection with every `<stage>:<case>` of a per-target stage replaced by
     that case's tasks on each target (`names`: every task, in order); a pattern matching no
-    task (`wild(pattern)` lists what it matches) is an InvalidCommand naming it."""
+    task (`wild(pattern)` lists what it matches) is an InvalidCommand naming it and the closest
+    task names. After a task taking positional arguments (`positional`), the rest is its own."""
     known = set(names)
     out = []
-    for item in selection:
+    for i, item in enumerate(selection):
+        if item in positional:
+            return out + selection[i:]
         if "*" in item:
             if not wild(item):
                 hint = "" if item.endswith("*") else "; a pattern matches whole task names: end it with * to match a prefix"
-                raise InvalidCommand(f'"{item}" matches no task{hint} (`doit list --all` lists them)')
+                near = closest(item, names, wild)
+                guess = f"; did you mean {', '.join(near)}?" if near else ""
+                raise InvalidCommand(f'"{item}" matches no task{hint}{guess} (`doit list --all` lists them)')
             out.append(item)
             continue
         stage, sep, case = item.partition(":")
@@ -59,7 +77,8 @@ def expand(selection: list[str], names: list[str], wild) -> list[str]:
 
 
 def _process_filter_forgiving(self, task_selection):
-    return _process_filter(self, expand(list(task_selection), list(self._def_order), self._get_wild_tasks))
+    positional = frozenset(name for name, task in self.tasks.items() if task.pos_arg)
+    return _process_filter(self, expand(list(task_selection), list(self._def_order), self._get_wild_tasks, positional))
 
 
 def install() -> None:
