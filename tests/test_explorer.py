@@ -111,13 +111,13 @@ def test_filter_open_reload_and_no_console_errors(page, browser):
     heading.click()
     heading = browser.find_element(By.CSS_SELECTOR, 'th[data-key="ratio"]')
     heading.click()
-    assert _rows(browser)[0].get_attribute("data-case") == "conv_tflite_w8i8_bad"
+    assert _rows(browser)[0].get_attribute("data-case") == "conv_tflite_w8i8_bad@torq"
 
     # a case's own view: geometry, checks, the error map, the log's tail, the repro command
     _rows(browser)[0].find_element(By.TAG_NAME, "a").click()
     view = browser.find_element(By.ID, "case-view")
     assert view.is_displayed() and browser.find_element(By.ID, "case-title").text == "conv_tflite_w8i8_bad"
-    assert "case=conv_tflite_w8i8_bad" in urllib.parse.unquote(browser.current_url)
+    assert "case=conv_tflite_w8i8_bad@torq" in urllib.parse.unquote(browser.current_url)
     text = view.text
     for shown in ("spatial", "vs x", "Where the output is wrong", "EXEC @main", "repro.sh", "compile_seconds"):
         assert shown in text, shown
@@ -161,3 +161,19 @@ def test_compare_html_lists_filter_search_and_sort(tmp_path, browser):
     visible = [r for r in first.find_elements(By.CSS_SELECTOR, "tr")[1:] if r.is_displayed()]
     assert visible[0].find_elements(By.TAG_NAME, "td")[1].text == "conv_c"
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_page_of_every_target_finds_a_case_of_each(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    from pipeline.results.report import write_all_targets
+
+    entries = [{**_entry(f"conv_tflite_w8i8_ok{i}", "pass"), "target": target}
+               for target in ("llvm-cpu", "vmvx", "torq") for i in range(2)]
+    write_all_targets(tmp_path, entries, ["llvm-cpu", "vmvx", "torq"])
+    browser.get((tmp_path / "report.html").as_uri() + "#target=vmvx&case=conv_tflite_w8i8_ok1@vmvx")
+    assert browser.find_element(By.ID, "shown").text == "2 of 6"
+    assert browser.find_element(By.ID, "case-view").is_displayed()
+    assert "on vmvx" in browser.find_element(By.ID, "case-view").text  # that case, on that target
+    assert [a.get_attribute("href").rsplit("/", 2)[-2] for a in browser.find_elements(By.CSS_SELECTOR, "p a")][:3] == \
+        ["llvm-cpu", "vmvx", "torq"]  # each target's own report

@@ -81,14 +81,15 @@
     const rows = chosen(s);
     $("shown").textContent = `${rows.length} of ${cases.length}`;
     $("cases-body").innerHTML = rows.slice(0, LIMIT).map((c) =>
-      `<tr data-case="${esc(c.case)}" class="status-${esc(c.status)}"><td><a href="#">${esc(c.case)}</a></td>` +
+      `<tr data-case="${esc(c.case + "@" + c.target)}" class="status-${esc(c.status)}"><td><a href="#">${esc(c.case)}</a></td>` +
       `<td>${esc(c.flavor)}</td><td>${esc(c.status)}</td><td>${esc(c.stage || "")}</td><td>${num(c.ratio)}</td>` +
       `<td>${num(c.macs)}</td><td>${num(c.rate)}</td><td>${num(c.compile)}</td><td>${num(c.vmfb)}</td></tr>`).join("");
     $("more").textContent = rows.length > LIMIT ? `the first ${LIMIT} drawn: narrow the filters to see the rest` : "";
     for (const tr of $("cases-body").querySelectorAll("tr")) {
       tr.querySelector("a").addEventListener("click", (ev) => { ev.preventDefault(); setState({...state(), case: tr.dataset.case}); });
     }
-    view(cases.find((c) => c.case === s.case));
+    // a case is name@target (the name alone: its first target)
+    view(cases.find((c) => c.case + "@" + c.target === s.case) || cases.find((c) => c.case === s.case));
   }
 
   function errorMap(map) {
@@ -113,7 +114,7 @@
       `<td>${num(m.mismatches)} of ${num(m.elements)}</td></tr>`).join("");
     const table = (obj) => Object.keys(obj || {}).map((k) => `<tr><td>${esc(k)}</td><td>${esc(typeof obj[k] === "object" ? JSON.stringify(obj[k]) : obj[k])}</td></tr>`).join("");
     box.hidden = false;
-    box.innerHTML = `<h3 id="case-title">${esc(c.case)}</h3>` +
+    box.innerHTML = `<h3 id="case-title">${esc(c.case)}</h3><p>on ${esc(c.target)}</p>` +
       `<p>${esc(c.status)}${c.stage ? " at " + esc(c.stage) : ""}${c.issue ? "; issue " + esc(c.issue) : ""}: ${esc(c.reason)}</p>` +
       `<h4>Geometry</h4><table class="kv">${table(c.geometry)}<tr><td>MACs</td><td>${num(c.macs)}</td></tr></table>` +
       `<h4>Checks</h4><table><tr><th>check</th><th></th><th>max abs error</th><th>max tolerance</th><th>error / tolerance</th><th>outside</th></tr>${checks || "<tr><td colspan=6>none ran</td></tr>"}</table>` +

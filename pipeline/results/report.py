@@ -318,6 +318,8 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
     import sys
 
     out = out or sys.stdout
+    every: list[dict] = []  # the cases of every target, for the page that spans them
+    unchanged: list[list[Case]] = []  # targets whose report stands as it was
     for target, selected in by_target(cfg, cases):
         folder = report_dir(cfg, target)
         key = _selection_key(cfg, selected)
@@ -326,14 +328,33 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
         if not changed and (folder / "summary.key").is_file() and cached.is_file():
             if (folder / "summary.key").read_text() == key:
                 print(heading + cached.read_text(), end="", file=out)
+                unchanged.append(selected)
                 continue
         entries = collect(selected, cfg.case_dir)
+        every += entries
         refused = [r for r in cfg.refused() if r.variant in target.profile.flavors]
         groups = write_report(entries, folder, tool_versions(cfg, target), refused)["buckets"]
         text = summary(entries, groups, folder, refused) + "\n"
         write_text(cached, text)
         write_text(folder / "summary.key", key)
         print(heading + text, end="", file=out)
+    if len(cfg.targets) > 1 and every:  # some target's report changed: the page of every target too
+        for selected in unchanged:
+            every += collect(selected, cfg.case_dir)
+        write_all_targets(cfg.build_dir / REPORT_DIR, every, [t.name for t in cfg.targets])
+        print(f"every target's cases in one table: {cfg.build_dir / REPORT_DIR / 'report.html'}", file=out)
+
+
+def write_all_targets(folder: Path, entries: list[dict], targets: list[str]) -> None:
+    """report/report.html: the case table of every selected target in one page (each target's
+    own page has its summary, buckets and pictures)."""
+    from pipeline.results.explorer import section
+    from pipeline.results.html import page
+
+    links = " ".join(f'<a href="{t}/report.html">{t}</a>' for t in targets)
+    write_text(Path(folder) / "report.html", page("conv-sweep report: every target", f"""<h1>conv-sweep report</h1>
+<p>{len(entries)} cases on {len(targets)} targets. Each target's own report: {links}.</p>
+{section(entries)}"""))
 
 
 def merge_reports(sources: list[str], cfg, out=None) -> None:
