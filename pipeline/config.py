@@ -172,9 +172,7 @@ class Config:
 
         toolchain_root = root_from_env(env)
         if env.get("CONV_SWEEP_TOOLCHAIN_DIR"):  # a folder, or one that can be made (read-only is fine: installed)
-            existing = toolchain_root
-            while not existing.exists() and existing != existing.parent:
-                existing = existing.parent
+            existing = _nearest_existing(toolchain_root)
             if not existing.is_dir():
                 raise ConfigError("CONV_SWEEP_TOOLCHAIN_DIR", env["CONV_SWEEP_TOOLCHAIN_DIR"],
                                   f"is not a folder ({existing} is a file)")
@@ -281,15 +279,21 @@ def _cache_dir(env, base: Path) -> Path | None:
     return folder
 
 
+def _nearest_existing(path: Path) -> Path:
+    """The path itself where it exists, else its nearest existing parent (what would hold it)."""
+    existing = Path(os.path.abspath(path))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return existing
+
+
 def _check_writable(build_dir: Path, knob: str = "CONV_SWEEP_BUILD_DIR") -> None:
     """The build folder, or the folder it will be made in, is a writable folder; else the error
     names the knob. Nothing is created here: the first task (or doit's DB) makes the folder."""
     if "@" in str(build_dir) and knob == "CONV_SWEEP_BUILD_DIR":
         raise ConfigError(knob, str(build_dir),
                           "must not contain '@': IREE's run tools read it as a separator in a module's path")
-    existing = Path(os.path.abspath(build_dir))
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(build_dir)
     if not existing.is_dir():
         raise ConfigError(knob, str(build_dir), f"is not a writable folder ({existing} is a file)")
     if not os.access(existing, os.W_OK | os.X_OK):

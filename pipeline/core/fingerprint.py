@@ -147,10 +147,7 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
     identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     key = json.dumps(identity, sort_keys=True)
     cache = Path(cache_dir) / ".tool-versions.json"
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = _read_json(cache)
     if key not in known or not isinstance(known[key], dict):
         version = ask_version(real)
         if version is not None and cannot_start(version):  # never kept: the next run asks again
