@@ -18,11 +18,10 @@ MAP_SIDE = 24  # an error map's positions per side at most (max-pooled)
 MAP_PANELS = 4  # channel groups drawn
 
 
-def error_map(case_dir: Path, channels_last: bool) -> dict | None:
-    """|actual - expected| / tolerance of the check repro.sh runs, over the output positions:
-    up to MAP_PANELS channel groups (the max over each group's channels), each max-pooled to at
-    most MAP_SIDE x MAP_SIDE, in hundredths (100: the limit), capped at 1000; None without the
-    files. `channels_last`: the output is NHWC/NWC (TFLite), else NCHW/NCW (ONNX)."""
+def check_arrays(case_dir: Path):
+    """(expected, actual, tolerance per element), as float64, of the check repro.sh runs
+    (check.json, repro-expected.bin, actual.npy); None without those files, or where the
+    output's size is what failed."""
     import numpy as np
 
     from pipeline.checks.compare import CHECK, EXPECTED_BIN
@@ -40,11 +39,24 @@ def error_map(case_dir: Path, channels_last: bool) -> dict | None:
         dtype = ml_dtypes.bfloat16
     else:
         dtype = {"f32": np.float32, "i8": np.int8}[check["type"]]
-    if raw.size != actual.size * np.dtype(dtype).itemsize or actual.ndim < 3:
+    if raw.size != actual.size * np.dtype(dtype).itemsize:
         return None
     want = raw.view(dtype).reshape(actual.shape).astype(np.float64)
-    got = actual.astype(np.float64)
     limit = check["atol"] + check["rtol"] * np.abs(want) if check["mode"] == "approximate" else np.zeros_like(want)
+    return want, actual.astype(np.float64), limit
+
+
+def error_map(case_dir: Path, channels_last: bool) -> dict | None:
+    """|actual - expected| / tolerance of the check repro.sh runs, over the output positions:
+    up to MAP_PANELS channel groups (the max over each group's channels), each max-pooled to at
+    most MAP_SIDE x MAP_SIDE, in hundredths (100: the limit), capped at 1000; None without the
+    files. `channels_last`: the output is NHWC/NWC (TFLite), else NCHW/NCW (ONNX)."""
+    import numpy as np
+
+    arrays = check_arrays(case_dir)
+    if arrays is None or arrays[0].ndim < 3:
+        return None
+    want, got, limit = arrays
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.abs(got - want) / limit
     ratio = np.where(np.isfinite(got) & np.isfinite(want), np.nan_to_num(ratio, nan=0.0, posinf=10.0), 10.0)

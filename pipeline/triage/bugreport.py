@@ -150,25 +150,16 @@ def _copy_case(case: Case, cfg: Config, folder: Path) -> tuple[str, dict | None,
     return mlir_name, check, input_arg(source.name, ttype, target.profile.io)
 
 
-def _worst(case_dir: Path, check: dict, top: int = 5) -> list[str]:
+def _worst(case_dir: Path, top: int = 5) -> list[str]:
     """The elements furthest outside the check's tolerance: index, expected, actual, tolerance."""
     import numpy as np
 
-    from pipeline.checks.compare import EXPECTED_BIN
-    from pipeline.targets.runner import load_npy
+    from pipeline.results.explorer import check_arrays
 
-    dtype = {"f32": np.float32, "i8": np.int8}.get(check["type"])
-    raw = np.fromfile(case_dir / EXPECTED_BIN, dtype=np.uint8)
-    actual = load_npy(case_dir / "actual.npy")
-    if dtype is None:  # bf16
-        import ml_dtypes
-
-        dtype = ml_dtypes.bfloat16
-    if raw.size != actual.size * np.dtype(dtype).itemsize:
+    arrays = check_arrays(case_dir)
+    if arrays is None:
         return []  # the output's shape is what failed: the reason says so
-    want = raw.view(dtype).reshape(actual.shape).astype(np.float64)
-    got = actual.astype(np.float64)
-    limit = np.zeros_like(want) if check["mode"] == "exact" else check["atol"] + check["rtol"] * np.abs(want)
+    want, got, limit = arrays
     excess = np.where(np.isfinite(got) & np.isfinite(want), np.abs(got - want) - limit, np.inf)
     order = np.argsort(-excess, axis=None)[:top]
     rows = []
@@ -213,7 +204,7 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
             lines.append(f"- {m['name']}: {m.get('mismatches')} of {m.get('elements')} elements outside; "
                          f"max abs error {m.get('max_abs_error'):.6g}, worst at {m.get('worst_index')} "
                          f"(tolerance there {m.get('tolerance_at_worst'):.6g})")
-        worst = _worst(cfg.case_dir(minimal), check)
+        worst = _worst(cfg.case_dir(minimal))
         if worst:
             lines += ["", "| index | expected | actual | abs error | tolerance |", "|---|---|---|---|---|", *worst]
         lines.append("")
