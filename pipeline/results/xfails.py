@@ -115,7 +115,7 @@ def merge(current, lines: list[Line], failures: dict[str, tuple[str, str]]):
     file (else the one it had). Returns (entries, cases imported, notes on lines not imported)."""
     from dataclasses import replace
 
-    from pipeline.space.expected import Expectation
+    from pipeline.space.expected import Expectation, ordered
 
     issues: dict[str, str | None] = {}
     notes = []
@@ -141,5 +141,4 @@ def merge(current, lines: list[Line], failures: dict[str, tuple[str, str]]):
         else:
             entries.append(Expectation(case, stage, bucket, issue or ""))
         imported += 1
-    patterns = [e for e in entries if any(c in e.case for c in "*?[")]
-    return patterns + sorted((e for e in entries if e not in patterns), key=lambda e: e.case), imported, notes
+    return ordered(entries), imported, notes

@@ -88,7 +88,7 @@ def _index(expectations: tuple[Expectation, ...]) -> tuple[dict, list]:
     exact: dict[str, Expectation] = {}
     for e in expectations:
         exact.setdefault(e.case, e)
-    return exact, [e for e in expectations if any(c in e.case for c in "*?[")]
+    return exact, [e for e in expectations if is_pattern(e.case)]
 
 
 def dump(expectations: list[Expectation]) -> str:
@@ -135,5 +135,14 @@ def accept(current: tuple[Expectation, ...], failures: dict[str, tuple[str, str]
             changed += 1
     added = sorted(c for c in failures if c not in covered)
     entries += [Expectation(c, *failures[c]) for c in added]
-    exact = sorted((e for e in entries if not any(ch in e.case for ch in "*?[")), key=lambda e: e.case)
-    return Accepted([e for e in entries if e not in exact] + exact, len(added), changed, removed)
+    return Accepted(ordered(entries), len(added), changed, removed)
+
+
+def is_pattern(case: str) -> bool:
+    return any(c in case for c in "*?[")
+
+
+def ordered(entries: list[Expectation]) -> list[Expectation]:
+    """The order a list is written in: its patterns as they were, then its exact names sorted."""
+    return [e for e in entries if is_pattern(e.case)] + sorted((e for e in entries if not is_pattern(e.case)),
+                                                              key=lambda e: e.case)
