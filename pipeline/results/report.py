@@ -19,6 +19,7 @@ from pipeline.core.tools import write_text
 
 NOT_RUN = "not run"
 FAILED = (FAIL, ERROR, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
+TOOL_FAILURES = (FAIL, ERROR, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
 REPORT_DIR = "report"
 REPORT_AT_END = "CONV_SWEEP_REPORT_AT_END"  # set while a doit run will write the report when it ends
 
@@ -44,6 +45,12 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
 def signature(entry: dict) -> str:
     """The entry's failure bucket (pipeline/outcome/bucket.py)."""
     return bucket_signature(entry.get("stage"), entry.get("reason"))
+
+
+def failing(entries: list[dict]) -> dict[str, tuple[str, str]]:
+    """case -> (stage, bucket) of every entry failing in a tool or a check (listed or not;
+    harness errors are this tool's own)."""
+    return {e["case"]: (e["stage"], signature(e)) for e in entries if e["status"] in TOOL_FAILURES}
 
 
 def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
@@ -405,7 +412,7 @@ def accept_failures(cfg, cases: list[Case], out=None) -> list:
     written = []
     for target, selected in by_target(cfg, cases):
         entries = collect(selected, cfg.case_dir)
-        failures = {e["case"]: (e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL, CHANGED)}
+        failures = failing(entries)
         judged = {e["case"] for e in entries if e["status"] not in (NOT_RUN, HARNESS)}
         accepted = expected.accept(target.expectations, failures, judged)
         write_text(target.expected_path, expected.dump(accepted.entries))
@@ -455,7 +462,7 @@ def import_xfails(cfg, cases: list[Case], path: Path, out=None) -> int:
     left_out = 0
     for target, selected in by_target(cfg, cases):
         entries = collect(selected, cfg.case_dir)
-        failures = {e["case"]: (e["stage"], signature(e)) for e in entries if e["status"] in (FAIL, ERROR, XFAIL, CHANGED)}
+        failures = failing(entries)
         merged, imported, notes = xfails.merge(target.expectations, lines, failures)
         write_text(target.expected_path, expected.dump(merged))
         print(f"{target.name}: {target.expected_path}: {imported} cases imported from {path}"

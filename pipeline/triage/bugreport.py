@@ -28,12 +28,11 @@ from pipeline.config import Config
 from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
-from pipeline.outcome.result import CHANGED, ERROR, FAIL, XFAIL, read_result
+from pipeline.outcome.result import read_result
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
 BUGREPORTS = "bugreports"
-REPORTED = (FAIL, ERROR, XFAIL, CHANGED)  # a compiler's or runtime's failures; harness errors are ours
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
 
 
@@ -255,12 +254,12 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
     paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py)."""
     from dataclasses import replace
 
-    from pipeline.results.report import by_target, collect, signature, tool_versions
+    from pipeline.results.report import TOOL_FAILURES, by_target, collect, signature, tool_versions
     from pipeline.triage.shrink import shrink, tool_identity
 
     written = []
     for target, selected in by_target(cfg, cases):
-        entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir) if e["status"] in REPORTED]
+        entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir) if e["status"] in TOOL_FAILURES]
         groups: dict[str, list[dict]] = {}
         for e in entries:
             groups.setdefault(e["bucket"], []).append(e)
