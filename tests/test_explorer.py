@@ -166,11 +166,12 @@ def test_compare_html_lists_filter_search_and_sort(tmp_path, browser):
 def test_the_page_of_every_target_finds_a_case_of_each(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
+    from pipeline.results.explorer import records
     from pipeline.results.report import write_all_targets
 
     entries = [{**_entry(f"conv_tflite_w8i8_ok{i}", "pass"), "target": target}
                for target in ("llvm-cpu", "vmvx", "torq") for i in range(2)]
-    write_all_targets(tmp_path, entries, ["llvm-cpu", "vmvx", "torq"])
+    write_all_targets(tmp_path, records(entries), ["llvm-cpu", "vmvx", "torq"])
     browser.get((tmp_path / "report.html").as_uri() + "#target=vmvx&case=conv_tflite_w8i8_ok1@vmvx")
     assert browser.find_element(By.ID, "shown").text == "2 of 6"
     assert browser.find_element(By.ID, "case-view").is_displayed()

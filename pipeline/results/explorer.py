@@ -125,14 +125,19 @@ def record(entry: dict, bucket: str, with_detail: bool) -> dict:
     return row
 
 
-def section(entries: list[dict]) -> str:
-    """The case table's HTML: controls, the table, the case view, the data and the script."""
+def records(entries: list[dict]) -> list[dict]:
+    """Every case's row; a failing case's with its view's detail (log tail, error map)."""
     from pipeline.outcome.bucket import signature
     from pipeline.outcome.result import RED, XFAIL
 
     failed = (*RED, XFAIL)
-    rows = [record(e, signature(e.get("stage"), e.get("reason")) if e["status"] in failed else "",
+    return [record(e, signature(e.get("stage"), e.get("reason")) if e["status"] in failed else "",
                    e["status"] in failed) for e in entries]
+
+
+def section(rows: list[dict]) -> str:
+    """The case table's HTML from records(): controls, the table, the case view, the data and
+    the script."""
     data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # no </script> inside the data
     return f"""<h2>Cases</h2>
 <div id="filters"></div>

@@ -6,7 +6,7 @@ import html
 import math
 
 from pipeline.outcome.result import RED
-from pipeline.results.explorer import section
+from pipeline.results.explorer import records as case_records, section
 from pipeline.results.svg import Axis, Panel, Point, scatter_row, step_histogram, viridis
 from pipeline.space.cases import VARIANTS
 
@@ -173,7 +173,8 @@ the compiler's estimated MACs per NPU cycle. Compile time and .vmfb size are rec
 """
 
 
-def render(entries, cols, rows, groups, tools, refused=()) -> str:
+def render(entries, cols, rows, groups, tools, refused=(), records=None) -> str:
+    """The page; `records` are the case table's rows (explorer.records), made here if not given."""
     e = html.escape
     reasons: dict[str, list] = {}
     for r in refused:
@@ -200,7 +201,7 @@ def render(entries, cols, rows, groups, tools, refused=()) -> str:
     images = "".join(f'<h3>{e(title)}</h3><figure>{svg}</figure>' for title, svg in figures)
     versions = "".join(f"<li>{e(k)}: {e(str(v))}</li>" for k, v in tools.items())
     performance = _performance(entries)
-    cases = section(entries)
+    cases = section(records if records is not None else case_records(entries))
     return page("conv-sweep report", f"""<h1>conv-sweep report</h1>
 <p>{len(entries)} cases. Status: pass, compiled (compile-only: not run or compared), fail (numbers out
 of tolerance), error:&lt;stage&gt; (a tool or stage failed), harness (conv-sweep itself failed: never

@@ -261,7 +261,9 @@ def junit_xml(entries: list[dict]) -> str:
 
 
 def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: list = ()) -> dict:
-    """Write results.json, junit.xml and report.html; return the buckets."""
+    """Write results.json, junit.xml and report.html; return the buckets and the case table's
+    rows (explorer.records)."""
+    from pipeline.results.explorer import records
     from pipeline.results.html import render
 
     report_dir = Path(report_dir)
@@ -277,8 +279,9 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
                 "cases": entries}
     write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
     write_text(report_dir / "junit.xml", junit_xml(entries))
-    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused))
-    return {"buckets": groups}
+    cases = records(entries)
+    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases))
+    return {"buckets": groups, "records": cases}
 
 
 def tool_versions(cfg, target) -> dict:
@@ -325,7 +328,7 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
     import sys
 
     out = out or sys.stdout
-    every: list[dict] = []  # the cases of every target, for the page that spans them
+    every: list[dict] = []  # the case table's rows of every target, for the page that spans them
     unchanged: list[list[Case]] = []  # targets whose report stands as it was
     for target, selected in by_target(cfg, cases):
         folder = report_dir(cfg, target)
@@ -338,30 +341,34 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
                 unchanged.append(selected)
                 continue
         entries = collect(selected, cfg.case_dir)
-        every += entries
         refused = [r for r in cfg.refused() if r.variant in target.profile.flavors]
-        groups = write_report(entries, folder, tool_versions(cfg, target), refused)["buckets"]
+        written = write_report(entries, folder, tool_versions(cfg, target), refused)
+        groups = written["buckets"]
+        every += written["records"]
         text = summary(entries, groups, folder, refused) + "\n"
         write_text(cached, text)
         write_text(folder / "summary.key", key)
         print(heading + text, end="", file=out)
     if len(cfg.targets) > 1 and every:  # some target's report changed: the page of every target too
+        from pipeline.results.explorer import records
+
         for selected in unchanged:
-            every += collect(selected, cfg.case_dir)
+            every += records(collect(selected, cfg.case_dir))
         write_all_targets(cfg.build_dir / REPORT_DIR, every, [t.name for t in cfg.targets])
         print(f"every target's cases in one table: {cfg.build_dir / REPORT_DIR / 'report.html'}", file=out)
 
 
-def write_all_targets(folder: Path, entries: list[dict], targets: list[str]) -> None:
-    """report/report.html: the case table of every selected target in one page (each target's
-    own page has its summary, buckets and pictures)."""
+def write_all_targets(folder: Path, rows: list[dict], targets: list[str]) -> None:
+    """report/report.html: the case table of every selected target in one page, from each
+    target's rows (explorer.records; each target's own page has its summary, buckets and
+    pictures)."""
     from pipeline.results.explorer import section
     from pipeline.results.html import page
 
     links = " ".join(f'<a href="{t}/report.html">{t}</a>' for t in targets)
     write_text(Path(folder) / "report.html", page("conv-sweep report: every target", f"""<h1>conv-sweep report</h1>
-<p>{len(entries)} cases on {len(targets)} targets. Each target's own report: {links}.</p>
-{section(entries)}"""))
+<p>{len(rows)} cases on {len(targets)} targets. Each target's own report: {links}.</p>
+{section(rows)}"""))
 
 
 def merge_reports(sources: list[str], cfg, out=None) -> None:
