@@ -123,3 +123,13 @@ def real_compiler() -> str:
     from pipeline.config import Config
 
     return Config.from_env(clean_env()).target("llvm-cpu").compiler
+
+
+def assert_patch_holds(digest: str, written_for: str, what: str, module: str) -> None:
+    """A patch of doit's private code holds only for the pinned doit, whose code it was
+    written against (its digest): re-check `module` against `what` when either changed."""
+    from importlib import metadata
+
+    pinned = next(r for r in metadata.requires("conv-sweep") if r.startswith("doit"))
+    assert pinned == f"doit=={metadata.version('doit')}" == "doit==0.37.0", pinned
+    assert digest == written_for, f"doit's {what} changed: re-check {module} against it, then update WRITTEN_FOR"

@@ -2,23 +2,20 @@
 the last model is built; doit's own breadth-first order (CONV_SWEEP_ORDER=breadth) builds every
 model first. Both through `doit -r json`, whose task records carry their start times."""
 import json
-from importlib import metadata
 
 import pytest
 
 from pipeline.engine import order as depth_first
 
-from helpers import clean_env, doit, write_spec
+from helpers import assert_patch_holds, clean_env, doit, write_spec
 from test_dodo import SMALL
 
 
 
 def test_the_order_patch_is_for_the_pinned_doit():
     """The patch replaces private methods: it holds only for the dispatcher it was written for."""
-    pinned = next(r for r in metadata.requires("conv-sweep") if r.startswith("doit"))
-    assert pinned == f"doit=={metadata.version('doit')}" == "doit==0.37.0", pinned
-    assert depth_first.dispatcher_digest() == depth_first.WRITTEN_FOR, \
-        "doit's TaskDispatcher changed: re-check pipeline/engine/order.py against it, then update WRITTEN_FOR"
+    assert_patch_holds(depth_first.dispatcher_digest(), depth_first.WRITTEN_FOR, "TaskDispatcher",
+                       "pipeline/engine/order.py")
 
 
 def test_the_depth_first_queue_puts_what_is_released_first():
