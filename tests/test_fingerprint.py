@@ -34,16 +34,17 @@ def test_the_verify_key_covers_every_module_a_verdict_reaches():
 
 def test_a_tool_without_version_is_identified_by_package_and_digest(tmp_path):
     runner = tool_path("iree-run-module")  # answers --version with a flag error
-    identity = executable_identity(runner, tmp_path)
+    identity = executable_identity(runner, tmp_path / "tool-versions.json")
     assert identity["version"] is None
     assert identity["package"].startswith("iree-base-runtime ") and len(identity["sha256"]) == 64
     line = describe_identity(identity)
     assert "iree-base-runtime" in line and "FLAGS" not in line and "\x1b" not in line
-    assert executable_identity(runner, tmp_path) == identity  # kept: asked once per identity
+    assert (tmp_path / "tool-versions.json").is_file()
+    assert executable_identity(runner, tmp_path / "tool-versions.json") == identity  # kept: asked once per identity
 
 
 def test_a_tool_with_version_is_identified_by_it(tmp_path):
-    identity = executable_identity(tool_path("iree-compile"), tmp_path)
+    identity = executable_identity(tool_path("iree-compile"), tmp_path / "tool-versions.json")
     assert "IREE" in identity["version"] and "sha256" not in identity
 
 

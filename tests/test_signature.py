@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,10 @@ def test_real_modules_with_and_without_reflection(tmp_path):
     sig = signature.read(target.dump_tool, tmp_path / "bf16.vmfb", cfg.model_dir(tflite) / "model.mlir", "main",
                          stage="run", timeout=60, log=log)
     assert sig.source == "reflection" and sig.inputs[0].spec == "1x8x8x3xbf16" and sig.outputs[0].spec == "1x6x6x4xbf16"
+
+
+def test_json_keeps_every_field_as_read():
+    text = "sync func @main(%input0: tensor<1x8x3xsi8>) -> (%output0: tensor<1x6x4xbf16>, %output1: tensor<f32>)"
+    sig = signature.parse(text, "main", "reflection")
+    again = signature.Signature.from_json(json.loads(json.dumps(sig.to_json())))
+    assert again == sig and again.inputs[0].element == "si8" and again.outputs[1].shape == ()

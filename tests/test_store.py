@@ -152,6 +152,10 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     report = json.loads((tmp_path / "two" / "report" / "llvm-cpu" / "results.json").read_text())
     assert report["store"]["compile"] == {"from_store": 10, "of": 10}
     assert "taken from the store" in next((tmp_path / "two").glob("cases/*/llvm-cpu/compile.log")).read_text()
+    # the module's signature too: the module dumper ran in the first folder only
+    dumped = {build: sum("iree-dump-module" in p.read_text() for p in (tmp_path / build).glob("cases/*/llvm-cpu/run.log"))
+              for build in ("one", "two")}
+    assert dumped == {"one": 10, "two": 0}, dumped
 
     # a corrupted object is rebuilt, not used: the third folder builds that module again
     vmfb = (tmp_path / "one" / "cases").glob("*/llvm-cpu/model.vmfb")

@@ -174,6 +174,34 @@ def _estimate(profile, case_dir: Path) -> float | None:
 
 
 ORACLE_OUTPUTS = "oracle.pickle"  # the oracle's outputs, as the store keeps them
+SIGNATURE = "signature.json"  # the module's signature, as the store keeps it
+
+
+def _signature(target, vmfb: Path, mlir: Path, function: str, store, timeout: float, log: Path):
+    """The module's signature (signature.read, which runs the target's module dumper); from the
+    store where it has it under the same key (the module's and the imported MLIR's bytes, the
+    dumper's content digest and toolchain, the verify code), else read and stored."""
+    import json
+    import tempfile
+
+    if not store:
+        return signature.read(target.dump_tool, vmfb, mlir, function, stage="run", timeout=timeout, log=log)
+    from pipeline.core.fingerprint import stage_fingerprint, tool_digest
+    from pipeline.core.integrity import sha256
+    from pipeline.core.store import key_of
+    from pipeline.targets.profiles import toolchain_identity
+
+    key = key_of({"stage": "signature", **stage_fingerprint("verify"), "vmfb": sha256(vmfb), "mlir": sha256(mlir),
+                  "dump_tool": tool_digest(target.dump_tool), "toolchain": toolchain_identity(target.toolchain),
+                  "function": function})
+    with tempfile.TemporaryDirectory(prefix=".signature.", dir=log.parent) as scratch:
+        path = Path(scratch) / SIGNATURE
+        if store.get(key, Path(scratch), [SIGNATURE]):
+            return signature.Signature.from_json(json.loads(path.read_text()))
+        found = signature.read(target.dump_tool, vmfb, mlir, function, stage="run", timeout=timeout, log=log)
+        path.write_text(json.dumps(found.to_json()))
+        store.put(key, Path(scratch), [SIGNATURE], f"signature of {vmfb}")
+    return found
 
 
 def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeout: float, log: Path):
@@ -227,8 +255,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         return result
     x = make_input(case)
     save_npy(model_dir / INPUT, x)
-    sig = signature.read(target.dump_tool, vmfb, model_dir / MLIR, profile.function(case.backend),
-                         stage="run", timeout=timeout, log=case_dir / "run.log")
+    sig = _signature(target, vmfb, model_dir / MLIR, profile.function(case.backend), store, timeout,
+                     case_dir / "run.log")
     notes["module_io"] = sig.to_dict()
     if profile.profiling:
         notes["estimated_npu_cycles"] = _estimate(profile, case_dir)

@@ -18,7 +18,9 @@ from pipeline.core.integrity import sha256
 from pipeline.core.tools import write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # pipeline/
-CODE_DIGESTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "conv-sweep" / "code-digests.json"
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "conv-sweep"
+CODE_DIGESTS = USER_CACHE / "code-digests.json"
+TOOL_VERSIONS = USER_CACHE / "tool-versions.json"  # facts about files, per resolved path, size and mtime
 
 # stage -> (modules whose code shapes its output, distributions whose version does)
 STAGE_INPUTS = {
@@ -137,16 +139,17 @@ def stage_fingerprint(stage: str) -> dict:
     return {"code": code_digest(modules), "versions": {d: dist_version(d) for d in dists}}
 
 
-def executable_identity(path: str, cache_dir: Path) -> dict:
+def executable_identity(path: str, cache: Path | None = None) -> dict:
     """An executable's identity (resolved path, size, modification time) and what its
     `--version` prints. A tool with no `--version` (iree-run-module answers it with a flag
     error) is identified by the version of the package that installed it, where one did, and
-    by its file's SHA-256. Worked out once per identity and kept in cache_dir."""
+    by its file's SHA-256. Worked out once per identity and kept in `cache` (TOOL_VERSIONS,
+    shared by every build folder of the machine: a second folder does not ask again)."""
     real = os.path.realpath(path)
     st = os.stat(real)
     identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     key = json.dumps(identity, sort_keys=True)
-    cache = Path(cache_dir) / ".tool-versions.json"
+    cache = Path(cache or TOOL_VERSIONS)
     known = _read_json(cache)
     if key not in known or not isinstance(known[key], dict):
         version = ask_version(real)
@@ -155,7 +158,10 @@ def executable_identity(path: str, cache_dir: Path) -> dict:
         found = {"version": version} if version is not None else \
             {"version": None, "package": _package_of(real), "sha256": sha256(real)}
         known[key] = found
-        write_text(cache, json.dumps(known, indent=1) + "\n")
+        try:
+            write_text(cache, json.dumps(known, indent=1) + "\n")
+        except OSError:
+            pass  # a read-only cache folder: asked again next time
     return {**identity, **known[key]}
 
 

@@ -293,7 +293,7 @@ def tool_versions(cfg, target) -> dict:
         versions.update(stage_fingerprint(stage)["versions"])
     versions["target"] = f"{target.name}: {target.profile.doc}"
     for role, path in (("compiler", target.compiler), ("runner", target.runner)):
-        identity = executable_identity(path, cfg.build_dir)
+        identity = executable_identity(path)
         versions[role] = f"{identity['path']}: {describe_identity(identity)}"
     toolchain = toolchain_identity(target.toolchain)
     if toolchain:

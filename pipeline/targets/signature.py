@@ -58,6 +58,19 @@ class Signature:
         return {"function": self.function, "source": self.source,
                 "inputs": [t.spec for t in self.inputs], "outputs": [t.spec for t in self.outputs]}
 
+    def to_json(self) -> dict:
+        """Every field as it was read (to_dict's specs name numpy's dtypes, not MLIR's types)."""
+        return {"function": self.function, "source": self.source,
+                "inputs": [[list(t.shape), t.element] for t in self.inputs],
+                "outputs": [[list(t.shape), t.element] for t in self.outputs]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Signature":
+        def types(items):
+            return tuple(TensorType(tuple(int(d) for d in shape), str(element)) for shape, element in items)
+
+        return cls(str(data["function"]), types(data["inputs"]), types(data["outputs"]), str(data["source"]))
+
 
 _TENSOR = re.compile(r"tensor<((?:\d+x)*)([a-z]+\d*)>")
 _VTENSOR = re.compile(r"vtensor<\[([\d,\s]*)\],\s*([a-z]+\d*)>")
