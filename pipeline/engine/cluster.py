@@ -133,8 +133,17 @@ class Cluster:
         import distributed
 
         if self.scheduler.address is None:
-            # a worker that dies running a task (a crash, an OOM kill) fails it at the second death
-            dask.config.set({"distributed.scheduler.allowed-failures": 1})
+            # a worker that dies running a task (a crash, an OOM kill) fails it at the second death.
+            # Dask's own bookkeeping off or slowed: its statistical profiler (a stack sample of every
+            # worker thread each 10 ms), event-loop tick, system and memory monitors and work
+            # stealing (pointless with tasks submitted one at a time) took 14 of 78 core-seconds of
+            # a 50-case sweep on 2 cores, the profiler 13 of them. The workers inherit this config.
+            dask.config.set({"distributed.scheduler.allowed-failures": 1,
+                             "distributed.worker.profile.enabled": False,
+                             "distributed.admin.tick.interval": "1s",
+                             "distributed.admin.system-monitor.interval": "5s",
+                             "distributed.worker.memory.monitor-interval": "1s",
+                             "distributed.scheduler.work-stealing": False})
             self.local = distributed.LocalCluster(
                 n_workers=self.scheduler.local_workers, threads_per_worker=1, processes=True,
                 dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60)
