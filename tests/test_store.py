@@ -42,6 +42,24 @@ def test_put_and_get_round_trip_and_share_objects(tmp_path):
     assert (dest / "model.mlir").read_bytes() == b"module {}" and (dest / "model.mlirbc").read_bytes() == b"\x00bc"
     assert len(list((tmp_path / "store").glob("objects/*/*"))) == 2  # two keys, one copy of each content
     assert store.get(key, dest, ["model.mlir"]) is None  # other outputs asked for: not this entry
+    # no bytes written twice: the built file, its object and the file taken are one read-only inode
+    obj = store._object(__import__("hashlib").sha256(b"module {}").hexdigest())
+    assert os.path.samefile(source / "model.mlir", obj) and os.path.samefile(dest / "model.mlir", obj)
+    assert not os.stat(obj).st_mode & 0o222
+
+
+def test_bytes_in_memory_round_trip_and_a_corrupted_one_is_forgotten(tmp_path):
+    store = Store(tmp_path / "store")
+    key = key_of({"stage": "oracle"})
+    assert store.read(key, ["oracle.pickle"]) is None
+    store.put_data(key, {"oracle.pickle": b"refs"}, "oracle of a")
+    assert store.read(key, ["oracle.pickle"]) == {"oracle.pickle": b"refs"}
+    assert store.read(key, ["other"]) is None
+    obj = next((tmp_path / "store").glob("objects/*/*"))
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"refz")
+    assert store.read(key, ["oracle.pickle"]) is None
+    assert not list((tmp_path / "store").glob("entries/*/*.json")) and not obj.exists()
 
 
 def test_a_corrupted_object_is_detected_never_used_and_forgotten(tmp_path):
@@ -50,11 +68,14 @@ def test_a_corrupted_object_is_detected_never_used_and_forgotten(tmp_path):
     key = key_of({"stage": "vmfb"})
     store.put(key, tmp_path, ["model.vmfb"])
     obj = next((tmp_path / "store").glob("objects/*/*"))
-    obj.write_bytes(b"IREE module bytez")
+    os.chmod(obj, 0o644)
+    obj.write_bytes(b"IREE module bytez")  # in place: the build folder's file it was linked from too
     dest = tmp_path / "dest"
     assert store.get(key, dest, ["model.vmfb"]) is None
     assert not (dest / "model.vmfb").exists()
     assert not list((tmp_path / "store").glob("entries/*/*.json"))  # the entry is gone: the next put restores it
+    (tmp_path / "model.vmfb").unlink()
+    (tmp_path / "model.vmfb").write_bytes(b"IREE module bytes")  # built again
     store.put(key, tmp_path, ["model.vmfb"])
     assert store.get(key, dest, ["model.vmfb"]) and (dest / "model.vmfb").read_bytes() == b"IREE module bytes"
 
@@ -157,22 +178,25 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
               for build in ("one", "two")}
     assert dumped == {"one": 10, "two": 0}, dumped
 
-    # a corrupted object is rebuilt, not used: the third folder builds that module again
+    # a corrupted object is rebuilt, not used: the third folder builds that module again (the
+    # first folder's files are the objects they were stored as: their bytes are kept beforehand)
+    built = _outputs(tmp_path / "one")
     vmfb = (tmp_path / "one" / "cases").glob("*/llvm-cpu/model.vmfb")
     victim = next(vmfb)
-    digest = __import__("hashlib").sha256(victim.read_bytes()).hexdigest()
+    original = victim.read_bytes()
+    digest = __import__("hashlib").sha256(original).hexdigest()
     obj = store / "objects" / digest[:2] / digest
-    obj.write_bytes(obj.read_bytes()[:-1] + bytes([obj.read_bytes()[-1] ^ 1]))
+    os.chmod(obj, 0o644)
+    obj.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
     third = doit("-n", "2", "sweep", env=_env(tmp_path, "three", store))
     assert third.returncode == 0, third.stderr[-2000:]
     # the cases whose modules have the victim's bytes share its entry (a TFLite w8if32 model the
     # converter kept in float is its f32 twin, byte for byte): those, and only those, are rebuilt
-    sharing = {p.parent.parent.name for p in (tmp_path / "one").glob("cases/*/llvm-cpu/model.vmfb")
-               if p.read_bytes() == victim.read_bytes()}
+    sharing = {rel.split("/")[1] for rel, data in built.items() if rel.endswith("/model.vmfb") and data == original}
     rebuilt = {name for name, r in results(tmp_path / "three").items() if not r["stages"]["compile"].get("store")}
     assert rebuilt and rebuilt <= sharing, (rebuilt, sharing)
     assert _from_store(tmp_path / "three") == {"model": 10, "import": 10, "compile": 10 - len(rebuilt), "oracle": 10}
-    assert _outputs(tmp_path / "three") == _outputs(tmp_path / "one")
+    assert _outputs(tmp_path / "three") == built
     assert __import__("hashlib").sha256(obj.read_bytes()).hexdigest() == digest  # stored again, whole
 
 

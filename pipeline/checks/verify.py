@@ -182,7 +182,6 @@ def _signature(target, vmfb: Path, mlir: Path, function: str, store, timeout: fl
     store where it has it under the same key (the module's and the imported MLIR's bytes, the
     dumper's content digest and toolchain, the verify code), else read and stored."""
     import json
-    import tempfile
 
     if not store:
         return signature.read(target.dump_tool, vmfb, mlir, function, stage="run", timeout=timeout, log=log)
@@ -194,13 +193,11 @@ def _signature(target, vmfb: Path, mlir: Path, function: str, store, timeout: fl
     key = key_of({"stage": "signature", **stage_fingerprint("verify"), "vmfb": sha256(vmfb), "mlir": sha256(mlir),
                   "dump_tool": tool_digest(target.dump_tool), "toolchain": toolchain_identity(target.toolchain),
                   "function": function})
-    with tempfile.TemporaryDirectory(prefix=".signature.", dir=log.parent) as scratch:
-        path = Path(scratch) / SIGNATURE
-        if store.get(key, Path(scratch), [SIGNATURE]):
-            return signature.Signature.from_json(json.loads(path.read_text()))
-        found = signature.read(target.dump_tool, vmfb, mlir, function, stage="run", timeout=timeout, log=log)
-        path.write_text(json.dumps(found.to_json()))
-        store.put(key, Path(scratch), [SIGNATURE], f"signature of {vmfb}")
+    stored = store.read(key, [SIGNATURE])
+    if stored:
+        return signature.Signature.from_json(json.loads(stored[SIGNATURE]))
+    found = signature.read(target.dump_tool, vmfb, mlir, function, stage="run", timeout=timeout, log=log)
+    store.put_data(key, {SIGNATURE: json.dumps(found.to_json()).encode()}, f"signature of {vmfb}")
     return found
 
 
@@ -209,7 +206,6 @@ def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeou
     the stage's record; from the store where it has them under the same key (the model's and
     input's bytes, the options, the verify code and its libraries), else computed and stored."""
     import pickle
-    import tempfile
 
     from pipeline.core.fingerprint import stage_fingerprint
     from pipeline.core.integrity import sha256
@@ -220,18 +216,18 @@ def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeou
     key = key_of({"stage": "oracle", **stage_fingerprint("verify"), "model": sha256(model),
                   "input": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
                   "dtype": x.dtype.str, "shape": list(x.shape), **options}) if store else None
-    with tempfile.TemporaryDirectory(prefix=".oracle.", dir=log.parent) as scratch:
-        if store and store.get(key, Path(scratch), [ORACLE_OUTPUTS]):
-            refs = pickle.loads((Path(scratch) / ORACLE_OUTPUTS).read_bytes())
-            return refs, {"seconds": round(time.monotonic() - start, 4), "store": True}
-        warm(oracle.warm_up, helper="oracle", stage="oracle", log=log)
-        start = time.monotonic()
-        refs = call(oracle.evaluate, case, model, x, **options, helper="oracle", stage="oracle", timeout=timeout,
-                    log=log)
-        seconds = round(time.monotonic() - start, 4)
-        if store:
-            (Path(scratch) / ORACLE_OUTPUTS).write_bytes(pickle.dumps(refs, protocol=pickle.HIGHEST_PROTOCOL))
-            store.put(key, Path(scratch), [ORACLE_OUTPUTS], f"oracle of {case.name}")
+    stored = store.read(key, [ORACLE_OUTPUTS]) if store else None
+    if stored:
+        refs = pickle.loads(stored[ORACLE_OUTPUTS])
+        return refs, {"seconds": round(time.monotonic() - start, 4), "store": True}
+    warm(oracle.warm_up, helper="oracle", stage="oracle", log=log)
+    start = time.monotonic()
+    refs = call(oracle.evaluate, case, model, x, **options, helper="oracle", stage="oracle", timeout=timeout,
+                log=log)
+    seconds = round(time.monotonic() - start, 4)
+    if store:
+        store.put_data(key, {ORACLE_OUTPUTS: pickle.dumps(refs, protocol=pickle.HIGHEST_PROTOCOL)},
+                       f"oracle of {case.name}")
     return refs, {"seconds": seconds}
 
 

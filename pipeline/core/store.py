@@ -144,17 +144,50 @@ class Store:
         return Hit(tuple(names), None)
 
     def put(self, key: str, source_dir: Path, names: list[str], what: str = "") -> None:
-        """Store the files `names` of source_dir under `key`."""
+        """Store the files `names` of source_dir under `key`. A file becomes its object by a
+        hard link (no bytes written twice), and both are read-only from then on: every writer
+        of a build folder replaces a file rather than writing into it. Across filesystems, a copy."""
         files = {}
         for name in names:
             path = Path(source_dir) / name
             digest = sha256(path)
             target = self._object(digest)
             if not target.exists():
-                _atomic_copy(path, target)
+                _atomic_link(path, target)
                 os.chmod(target, 0o444)  # shared by hard links with build folders: never written in place
             files[name] = digest
         self._write_entry(key, {"files": files, "outcome": None, "what": what})
+
+    def put_data(self, key: str, data: dict[str, bytes], what: str = "") -> None:
+        """Store bytes held in memory (an oracle's outputs) under `key`, as files named by `data`'s keys."""
+        files = {}
+        for name, content in data.items():
+            digest = hashlib.sha256(content).hexdigest()
+            target = self._object(digest)
+            if not target.exists():
+                _atomic_write(target, content)
+                os.chmod(target, 0o444)
+            files[name] = digest
+        self._write_entry(key, {"files": files, "outcome": None, "what": what})
+
+    def read(self, key: str, names: list[str]) -> dict[str, bytes] | None:
+        """The bytes of the key's files (each checked against its digest), or None as for `get`."""
+        entry = self._read_entry(key)
+        if entry is None or entry.get("outcome") or sorted(entry["files"]) != sorted(names):
+            return None
+        found = {}
+        for name in names:
+            digest = entry["files"][name]
+            try:
+                content = self._object(digest).read_bytes()
+            except OSError:
+                content = None
+            if content is None or hashlib.sha256(content).hexdigest() != digest:
+                self._forget(key, digest)
+                return None
+            found[name] = content
+        self._touch(key)
+        return found
 
     def put_outcome(self, key: str, stage: str, reason: str, log: str, what: str = "") -> None:
         """Remember a deterministic failure of the stage: its reason and its log's text."""
