@@ -2,6 +2,8 @@
 case's StageError, and the next call gets a fresh helper."""
 import json
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -42,3 +44,44 @@ def test_an_exception_raised_by_our_own_code_is_a_harness_error(tmp_path):
         call(load_json, str(tmp_path / "absent.json"), "X", helper="t", stage="oracle",
              timeout=30, log=tmp_path / "log")
     assert not issubclass(HarnessError, StageError)
+
+
+def test_a_shared_helper_serves_every_thread_one_call_at_a_time(tmp_path):
+    """Threads share a SHARED helper (one TensorFlow import per run): calls take turns, the
+    turn a thread waited for is counted apart (not in its call's timeout or its stage's time),
+    and a crash fails the call that ran, not the one waiting, which gets a fresh helper."""
+    from pipeline.core import isolate
+
+    name = isolate.SHARED[0]
+    first = call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log")
+    found, errors, waits = [], [], {}
+
+    def work(i, function, *args):
+        before = isolate.waited()
+        try:
+            found.append((i, call(function, *args, helper=name, stage="model", timeout=30, log=tmp_path / f"{i}")))
+        except StageError as err:
+            errors.append((i, err.reason))
+        waits[i] = isolate.waited() - before
+
+    threads = [threading.Thread(target=work, args=(0, time.sleep, 1.5))]
+    threads[0].start()
+    time.sleep(0.3)  # the sleep holds the helper
+    threads.append(threading.Thread(target=work, args=(1, os.getpid)))
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert sorted(found) == [(0, None), (1, first)] and not errors  # one helper process for both threads
+    assert waits[0] < 0.2 and 0.8 < waits[1] < 1.5, waits
+
+    found.clear()
+    threads = [threading.Thread(target=work, args=(0, time.sleep, 5)), threading.Thread(target=work, args=(1, os.getpid))]
+    threads[0].start()
+    time.sleep(0.3)
+    threads[1].start()  # waits for its turn
+    time.sleep(0.3)
+    os.kill(first, signal.SIGABRT)  # the helper dies under thread 0's call
+    for t in threads:
+        t.join()
+    crashed = [i for i, reason in errors if "SIGABRT" in reason]
+    assert crashed == [0] and len(found) == 1 and found[0][0] == 1 and found[0][1] != first, (errors, found)

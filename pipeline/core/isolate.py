@@ -1,12 +1,14 @@
 """Python work that can crash (TensorFlow's converter, the TFLite interpreter, torch,
-onnxruntime) runs in a helper process, never in the task runner's worker: doit's
-multiprocess runner hangs for ever if a worker dies.
+onnxruntime) runs in a helper process, never in the task runner: a crash there fails one
+call, never the run.
 
-Each worker keeps one helper (`python -m pipeline.core.isolate`), so TensorFlow and torch are
-imported once per worker, not once per task. A call that outlives its timeout kills the
-helper; a helper that dies (a segfault, an OOM kill) fails that call with the signal; either
-way the next call starts a fresh helper. While a call runs, the helper's stdout and stderr
-go to the case's log (with a Python traceback on a fatal signal).
+Each runner thread (doit's thread runner, a Dask worker's thread) keeps one helper of each
+kind (`python -m pipeline.core.isolate`), so the libraries are imported once, not once per
+task; the model builders (SHARED: TensorFlow's and torch's, whose imports cost seconds) are
+one per process, shared by its threads one call at a time. A call that outlives its timeout
+kills the helper; a helper that dies (a segfault, an OOM kill) fails that call with the
+signal; either way the next call starts a fresh helper. While a call runs, the helper's
+stdout and stderr go to the case's log (with a Python traceback on a fatal signal).
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import select
 import struct
 import subprocess
 import sys
+import threading
+import time
 import traceback
+from contextlib import contextmanager
 
 from pipeline.core.errors import StageError
 from pipeline.core.tools import describe_exit
@@ -24,6 +29,13 @@ from pipeline.core.tools import describe_exit
 _HEADER = struct.Struct("<Q")
 _helpers: dict[tuple, subprocess.Popen] = {}  # (worker pid, thread, helper name) -> helper process
 _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
+# Helpers shared by every thread of a process (one call at a time, under their lock): those
+# whose one-off imports cost more than waiting for a busy one does (TensorFlow's about 2 s,
+# torch's about 1 s, against builds of about 0.2 s). Time spent waiting for one is not the call's.
+SHARED = ("model-tflite", "model-onnx")
+_locks: dict[tuple, threading.Lock] = {}
+_locks_lock = threading.Lock()
+_waits = threading.local()
 STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
 
 
@@ -57,11 +69,30 @@ def _helper(name: str) -> subprocess.Popen:
 
 
 def _key(name: str) -> tuple:
-    """Helpers belong to one worker process and, where it runs tasks in threads (a Dask worker
-    with several threads), to one thread: a helper serves one call at a time."""
-    import threading
+    """Helpers belong to one worker process and, where it runs tasks in threads (doit's thread
+    runner, a Dask worker with several threads), to one thread, unless SHARED: a helper serves
+    one call at a time."""
+    return (os.getpid(), name) if name in SHARED else (os.getpid(), threading.get_ident(), name)
 
-    return os.getpid(), threading.get_ident(), name
+
+@contextmanager
+def _turn(name: str):
+    """Hold a shared helper for one call (or warm-up); the seconds waited for it are counted
+    apart (waited()), so that neither a call's timeout nor a stage's duration includes them."""
+    if name not in SHARED:
+        yield
+        return
+    with _locks_lock:
+        lock = _locks.setdefault(_key(name), threading.Lock())
+    start = time.monotonic()
+    with lock:
+        _waits.seconds = waited() + time.monotonic() - start
+        yield
+
+
+def waited() -> float:
+    """Seconds this thread has waited, in all, for shared helpers that were busy."""
+    return getattr(_waits, "seconds", 0.0)
 
 
 def _discard(name: str, proc: subprocess.Popen) -> None:
@@ -77,10 +108,11 @@ def _name(function) -> str:
 def warm(warm_up, *, helper: str, stage: str, log) -> None:
     """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
     so that a call's own timeout and duration measure the work itself."""
-    _helper(helper)
-    if _name(warm_up) not in _warm[_key(helper)]:
-        _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
-        _warm[_key(helper)].add(_name(warm_up))
+    with _turn(helper):
+        _helper(helper)
+        if _name(warm_up) not in _warm[_key(helper)]:
+            _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+            _warm[_key(helper)].add(_name(warm_up))
 
 
 def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs):
@@ -91,7 +123,8 @@ def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs
     Raises StageError on a timeout, a crash of the helper, or an exception a library raised in
     the function; HarnessError on an exception raised by this package's own code.
     """
-    return _call(helper, function, args, kwargs, stage, timeout, log)
+    with _turn(helper):
+        return _call(helper, function, args, kwargs, stage, timeout, log)
 
 
 def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):

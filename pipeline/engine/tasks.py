@@ -79,11 +79,14 @@ def doit_config(run: Run) -> dict:
         "backend": "durable",  # pipeline/engine/durable_db.py: commits per task, one run per build folder
         "verbosity": 0,
         "check_file_uptodate": "md5",  # an upstream rebuild with identical bytes does not cascade
+        # `doit -n N` runs N threads: the work is in tools and helper processes, never in the
+        # runner (pipeline/core/isolate.py), and threads share one TensorFlow and one torch helper
+        "par_type": "thread",
     }
     if run.cfg.scheduler:
         # The stages run on Dask (pipeline/engine/cluster.py): doit's threads only submit and
         # wait, so one slot per cluster worker keeps them busy; `doit -n` still overrides it.
-        config.update({"par_type": "thread", "num_process": run.cfg.scheduler.slots})
+        config["num_process"] = run.cfg.scheduler.slots
     return config
 
 
@@ -140,8 +143,6 @@ def _action(run: Run, stage_fn, subject, targets):
     else:
         message = stage_fn(subject, run.cfg)
     if message:
-        if not run.cfg.scheduler:  # captured with the task's output; under a scheduler nothing is captured
-            print(message, file=sys.stderr)
         return TaskFailed(message)
     return {"output": [file_record(t) for t in targets]}
 
@@ -264,8 +265,9 @@ def subtasks(run: Run, stage: str, stage_fn):
             "targets": [] if ends_here else outputs,
             "uptodate": [key_unchanged(key), (_output_intact, [outputs])],
             "clean": [(_clean_case_dir, [run.cfg, c]) for c in cases] if stage == "verify" else True,
-            # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print little
-            **({"io": {"capture": False}} if run.cfg.scheduler else {}),
+            # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print
+            # nothing (a failure's message is the TaskFailed's, the tools' output is in logs)
+            "io": {"capture": False},
         }
 
 

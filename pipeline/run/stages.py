@@ -69,6 +69,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
         return "\n".join(m for m in messages if m) or None
 
     store = cfg.store() if stored else None
+    from pipeline.core.isolate import waited
+
     try:
         start = time.monotonic()
         key, names = stored() if store else (None, ())
@@ -81,6 +83,7 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             if prepare:
                 prepare(log)
             start = time.monotonic()
+            waits = waited()  # for a helper another thread's task held: not this stage's time
             outcome = _built(work, work_dir, log, store, key, names, what=f"{stage} of {first.name}")
     except StageError as err:
         return failed(ERROR, err.stage, err.reason, err.log or str(log))
@@ -89,7 +92,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             f.write(traceback.format_exc())
         return failed(HARNESS, stage, f"{type(err).__name__}: {err}".splitlines()[0][:300], str(log))
     if task != "verify":  # verify records its own parts (oracle, run, compare) in result.json
-        record_stage(work_dir, stage, seconds=round(time.monotonic() - start, 4), **({"store": True} if hit else {}))
+        seconds = time.monotonic() - start - (0.0 if hit else waited() - waits)
+        record_stage(work_dir, stage, seconds=round(seconds, 4), **({"store": True} if hit else {}))
         for case in cases:  # a failure this task recorded before is gone (other results stay: an
             _forget_failure(case, cfg, task)  # identical rebuild must not re-run verify)
         return None
@@ -198,13 +202,15 @@ def model(cases: list[Case], cfg: Config) -> str | None:
     warm_up, build = {"tflite": (model_tflite.warm_up, model_tflite.build_tflite),
                       "onnx": (model_onnx.warm_up, model_onnx.build_onnx)}[case.backend]
 
+    helper = f"model-{case.backend}"  # one per run where tasks run in threads (isolate.SHARED)
+
     def work(model_dir: Path, log: Path) -> None:
-        call(build, case, model_dir / case.model_file, helper="model", stage="model",
+        call(build, case, model_dir / case.model_file, helper=helper, stage="model",
              timeout=cfg.timeout, log=log)
 
     def prepare(log: Path) -> None:
         log.unlink(missing_ok=True)
-        warm(warm_up, helper="model", stage="model", log=log)
+        warm(warm_up, helper=helper, stage="model", log=log)
 
     def stored():
         return key_of({"stage": "model", **stage_fingerprint("model"), "geometry": case.geometry.to_dict(),
