@@ -85,3 +85,37 @@ def test_a_shared_helper_serves_every_thread_one_call_at_a_time(tmp_path):
         t.join()
     crashed = [i for i, reason in errors if "SIGABRT" in reason]
     assert crashed == [0] and len(found) == 1 and found[0][0] == 1 and found[0][1] != first, (errors, found)
+
+
+def test_a_broker_serves_the_shared_helpers_of_several_processes(tmp_path, monkeypatch):
+    """A local Dask cluster's workers are processes: one broker holds their SHARED helpers,
+    so each library is imported once per run; a crash there is the crashing call's error."""
+    import subprocess
+    import sys
+
+    from pipeline.core import isolate
+
+    path = str(tmp_path / "socket")
+    broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", path], stdin=subprocess.PIPE)
+    try:
+        for _ in range(500):
+            if os.path.exists(path):
+                break
+            time.sleep(0.01)
+        monkeypatch.setenv(isolate.BROKER, path)
+        name = isolate.SHARED[0]
+        mine = call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log")
+        code = ("import os; from pipeline.core.isolate import SHARED, call; "
+                f"print(call(os.getpid, helper=SHARED[0], stage='model', timeout=30, log={str(tmp_path / 'l2')!r}))")
+        theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert theirs.returncode == 0, theirs.stderr
+        assert int(theirs.stdout) == mine and mine not in (os.getpid(), broker.pid)  # one helper for both processes
+        with pytest.raises(StageError, match=r"abort crashed the helper process \(killed by signal SIGABRT\)"):
+            call(os.abort, helper=name, stage="model", timeout=30, log=tmp_path / "log")
+        with pytest.raises(StageError, match="sleep timed out after 1 s"):
+            call(time.sleep, 60, helper=name, stage="model", timeout=1, log=tmp_path / "log")
+        assert call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log") not in (mine, broker.pid)
+    finally:
+        isolate._connections.stream = None
+        broker.stdin.close()
+        assert broker.wait(timeout=30) == 0  # it ends when its standard input closes

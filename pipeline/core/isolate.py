@@ -5,7 +5,8 @@ call, never the run.
 Each runner thread (doit's thread runner, a Dask worker's thread) keeps one helper of each
 kind (`python -m pipeline.core.isolate`), so the libraries are imported once, not once per
 task; the model builders (SHARED: TensorFlow's and torch's, whose imports cost seconds) are
-one per process, shared by its threads one call at a time. A call that outlives its timeout
+one per process, shared by its threads one call at a time (and by the worker processes of a
+local Dask cluster, through a broker: serve_broker). A call that outlives its timeout
 kills the helper; a helper that dies (a segfault, an OOM kill) fails that call with the
 signal; either way the next call starts a fresh helper. While a call runs, the helper's
 stdout and stderr go to the case's log (with a Python traceback on a fatal signal).
@@ -108,11 +109,17 @@ def _name(function) -> str:
 def warm(warm_up, *, helper: str, stage: str, log) -> None:
     """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
     so that a call's own timeout and duration measure the work itself."""
+    if _brokered(helper):
+        return _through_broker(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log, warm_up=True)
     with _turn(helper):
-        _helper(helper)
-        if _name(warm_up) not in _warm[_key(helper)]:
-            _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
-            _warm[_key(helper)].add(_name(warm_up))
+        _warm_here(helper, warm_up, stage, log)
+
+
+def _warm_here(helper: str, warm_up, stage: str, log) -> None:
+    _helper(helper)
+    if _name(warm_up) not in _warm[_key(helper)]:
+        _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+        _warm[_key(helper)].add(_name(warm_up))
 
 
 def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs):
@@ -123,8 +130,101 @@ def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs
     Raises StageError on a timeout, a crash of the helper, or an exception a library raised in
     the function; HarnessError on an exception raised by this package's own code.
     """
+    if _brokered(helper):
+        return _through_broker(helper, function, args, kwargs, stage, timeout, log)
     with _turn(helper):
         return _call(helper, function, args, kwargs, stage, timeout, log)
+
+
+# ---------------------------------------------------------------- one set of SHARED helpers for several processes
+
+BROKER = "CONV_SWEEP_HELPER_BROKER"  # set for a local Dask cluster's workers: the broker's socket
+_connections = threading.local()
+
+
+def _brokered(helper: str) -> bool:
+    return helper in SHARED and bool(os.environ.get(BROKER))
+
+
+def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: float, log, warm_up=False):
+    """A SHARED helper's call (or warm-up) served by the broker (serve_broker), whose helpers
+    every worker process of the machine's run shares, one call at a time. The broker runs the
+    call as `call` would here (the same timeout, crash and exception handling); the seconds the
+    call waited for its turn are counted apart, as for threads."""
+    import socket
+
+    stream = getattr(_connections, "stream", None)
+    if stream is None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(os.environ[BROKER])
+        except OSError as err:
+            raise StageError(stage, f"{function.__name__}: the helper broker cannot be reached ({err})", None,
+                             str(log)) from None
+        stream = _connections.stream = sock.makefile("rwb")
+    sent = time.monotonic()
+    try:
+        _send(stream, (helper, function, args, kwargs, stage, timeout, str(log), warm_up))
+        reply = _receive(stream)
+    except OSError:
+        reply = None
+    if reply is None:
+        _connections.stream = None
+        raise StageError(stage, f"{function.__name__}: the helper broker went away", None, str(log))
+    kind, value, busy = reply
+    _waits.seconds = waited() + max(0.0, time.monotonic() - sent - busy)
+    if kind == "ok":
+        return value
+    if kind == "stage":
+        raise StageError(*value)
+    raise HarnessError(value)
+
+
+def serve_broker(path: str) -> None:
+    """Serve SHARED helper calls on the Unix socket `path`, one at a time in arrival order per
+    connection, until standard input closes (the run that started the broker ended)."""
+    import socket
+
+    os.environ.pop(BROKER, None)  # the broker's own helpers are local
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    streams: dict = {}  # socket -> its stream
+    stdin = sys.stdin.buffer
+    while True:
+        ready, _, _ = select.select([listener, stdin, *streams], [], [])
+        if stdin in ready and not os.read(stdin.fileno(), 1 << 16):
+            break
+        for sock in ready:
+            if sock is listener:
+                conn, _ = listener.accept()
+                streams[conn] = conn.makefile("rwb")
+            elif sock in streams:
+                request = _receive(streams[sock])
+                if request is None:
+                    streams.pop(sock).close()
+                    sock.close()
+                    continue
+                start = time.monotonic()
+                reply = _serve_one(*request)
+                try:
+                    _send(streams[sock], (*reply, time.monotonic() - start))
+                except OSError:
+                    streams.pop(sock).close()
+                    sock.close()
+    for key, proc in list(_helpers.items()):
+        proc.kill()
+
+
+def _serve_one(helper, function, args, kwargs, stage, timeout, log, warm_up):
+    try:
+        if warm_up:
+            return "ok", _warm_here(helper, function, stage, log)
+        return "ok", _call(helper, function, args, kwargs, stage, timeout, log)
+    except StageError as err:
+        return "stage", (err.stage, err.reason, err.argv, err.log)
+    except HarnessError as err:
+        return "harness", str(err)
 
 
 def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
@@ -205,4 +305,7 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    if sys.argv[1:2] == ["--broker"]:
+        serve_broker(sys.argv[2])
+    else:
+        _serve()

@@ -27,6 +27,7 @@ from pathlib import Path
 from pipeline.config import SHARED, SHIPPED, Scheduler
 from pipeline.core.chain import STAGE_OF_TASK
 from pipeline.core.errors import ConfigError
+from pipeline.core.isolate import BROKER
 
 PRELOAD = "pipeline.engine.cluster"
 TEXT_SUFFIXES = {".json", ".log", ".sh", ".txt", ".csv"}  # outputs that may name the worker's folder
@@ -125,6 +126,8 @@ class Cluster:
         self.local = None
         self.mode = None
         self.line = ""
+        self.broker = None  # the local cluster's helper broker (pipeline/core/isolate.py)
+        self.broker_dir = None
 
     def start(self) -> None:
         import logging
@@ -146,7 +149,8 @@ class Cluster:
                              "distributed.scheduler.work-stealing": False})
             self.local = distributed.LocalCluster(
                 n_workers=self.scheduler.local_workers, threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60)
+                dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60,
+                env={BROKER: self._start_broker()})
             self.client = distributed.Client(self.local)
             where = f"a local cluster of {self.scheduler.local_workers} worker processes"
         else:
@@ -170,6 +174,25 @@ class Cluster:
         self.line = (f"conv-sweep: the stages run on Dask, {where} ({len(workers)} workers, {threads} threads); "
                      f"artifacts: {'shared filesystem' if self.mode == SHARED else 'shipped as bytes (no shared filesystem)'}")
         print(self.line, file=sys.stderr, flush=True)
+
+    def _start_broker(self) -> str:
+        """One set of model builders (TensorFlow's, torch's: isolate.SHARED) for the local
+        workers, which are processes on this machine: each library imported once per run, as
+        under doit's thread runner, not once per worker. It lives while this driver does."""
+        import subprocess
+        import tempfile
+        import time
+
+        self.broker_dir = tempfile.mkdtemp(prefix="conv-sweep-broker-")
+        path = os.path.join(self.broker_dir, "socket")
+        self.broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", path],
+                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path):
+            if self.broker.poll() is not None or time.monotonic() > deadline:
+                raise ConfigError("CONV_SWEEP_SCHEDULER", "local", "the helper broker did not start")
+            time.sleep(0.01)
+        return path
 
     def _check_versions(self) -> None:
         mine = identity(self.cfg)
@@ -238,6 +261,15 @@ class Cluster:
                     thing.close()
                 except Exception:  # noqa: BLE001 - closing at exit: nothing left to report to
                     pass
+        if self.broker is not None:  # it ends, with its helpers, when its standard input closes
+            self.broker.stdin.close()
+            try:
+                self.broker.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - closing at exit
+                self.broker.kill()
+            import shutil
+
+            shutil.rmtree(self.broker_dir, ignore_errors=True)
 
 
 def _allowed_failures() -> int:
