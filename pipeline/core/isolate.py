@@ -181,46 +181,46 @@ def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: fl
 
 
 def serve_broker(path: str) -> None:
-    """Serve SHARED helper calls on the Unix socket `path`, one at a time in arrival order per
-    connection, until standard input closes (the run that started the broker ended)."""
+    """Serve SHARED helper calls on the Unix socket `path` until standard input closes (the
+    run that started the broker ended): a thread per connection, each helper one call at a
+    time (_turn), so that TensorFlow's and torch's builders work side by side."""
     import socket
 
     os.environ.pop(BROKER, None)  # the broker's own helpers are local
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    streams: dict = {}  # socket -> its stream
     stdin = sys.stdin.buffer
     while True:
-        ready, _, _ = select.select([listener, stdin, *streams], [], [])
+        ready, _, _ = select.select([listener, stdin], [], [])
         if stdin in ready and not os.read(stdin.fileno(), 1 << 16):
             break
-        for sock in ready:
-            if sock is listener:
-                conn, _ = listener.accept()
-                streams[conn] = conn.makefile("rwb")
-            elif sock in streams:
-                request = _receive(streams[sock])
-                if request is None:
-                    streams.pop(sock).close()
-                    sock.close()
-                    continue
-                start = time.monotonic()
-                reply = _serve_one(*request)
-                try:
-                    _send(streams[sock], (*reply, time.monotonic() - start))
-                except OSError:
-                    streams.pop(sock).close()
-                    sock.close()
-    for key, proc in list(_helpers.items()):
+        if listener in ready:
+            conn, _ = listener.accept()
+            threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
+    for proc in list(_helpers.values()):
         proc.kill()
+
+
+def _serve_connection(conn) -> None:
+    stream = conn.makefile("rwb")
+    try:
+        while (request := _receive(stream)) is not None:
+            start, waits = time.monotonic(), waited()
+            reply = _serve_one(*request)
+            _send(stream, (*reply, time.monotonic() - start - (waited() - waits)))  # busy: not its wait
+    except OSError:
+        pass
+    finally:
+        stream.close()
+        conn.close()
 
 
 def _serve_one(helper, function, args, kwargs, stage, timeout, log, warm_up):
     try:
         if warm_up:
-            return "ok", _warm_here(helper, function, stage, log)
-        return "ok", _call(helper, function, args, kwargs, stage, timeout, log)
+            return "ok", warm(function, helper=helper, stage=stage, log=log)
+        return "ok", call(function, *args, helper=helper, stage=stage, timeout=timeout, log=log, **kwargs)
     except StageError as err:
         return "stage", (err.stage, err.reason, err.argv, err.log)
     except HarnessError as err:
