@@ -17,7 +17,7 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
         {"category": "tiny", "rank": 1, "spatial": [16], "kernel": [3], "stride": [1], "c_in": 2, "c_out": 2}])
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, "-m", "pipeline.engine.benchmark", "--n", "0", "--spec", str(spec),
-                          "--out", str(out), "--work", str(tmp_path / "work")],
+                          "--out", str(out), "--work", str(tmp_path / "work"), "--pairs", "2"],
                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(out.read_text())
@@ -45,6 +45,10 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
                                       "verify rerun with / without CONV_SWEEP_BENCHMARK=1",
                                       "CONV_SWEEP_BENCHMARK=1 cost per case (s, wall, 2 cores)"}
     assert "cold / intrinsic floor" in run.stdout and "peak RSS MB" in run.stdout
+    pairs = figures["cold_pairs"]  # the first pair is the runs above, the second ran on its own
+    assert len(pairs) == 2 and all(p["returncodes"] == [0, 0] and p["floor_seconds"] > 0 for p in pairs)
+    assert pairs[0]["cold_seconds"] == runs["cold doit -n 2 sweep"]["seconds"]
+    assert "cold pairs, one right after the other (2):" in run.stdout and "dask / cold: median" in run.stdout
 
 
 def test_intrinsic_sums_every_stage_of_every_result(tmp_path):

@@ -1,6 +1,6 @@
 """Benchmark: where a sweep's time goes, side by side in one invocation.
 
-    python -m pipeline.engine.benchmark [--n 2] [--spec FILE] [--out bench.json] [--work DIR]
+    python -m pipeline.engine.benchmark [--n 2] [--pairs K] [--spec FILE] [--out bench.json] [--work DIR]
 
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a second empty build folder on the store the cold run filled; a compile-flag
@@ -10,7 +10,8 @@ cases through the same stage functions in one serial loop, no caching); the intr
 time (per-stage durations from result.json, divided by 2 cores); what timing every module
 costs (CONV_SWEEP_BENCHMARK=1: a verify-only rerun with it, against one without); the same cold sweep with the
 stages on a local Dask cluster (CONV_SWEEP_SCHEDULER=local:2) and its overhead against the
-`doit -n 2` run; `doit list` and a no-op
+`doit -n 2` run (with --pairs K, K such pairs of cold runs, each ratio and their median and
+maximum: the machine's noise moves these most); `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
 folder); and the peak resident memory of each run's whole process tree. With --torq-full,
 also a cold full default sweep on torq with the predicted limits and with the old fixed ones.
@@ -115,7 +116,22 @@ print(f"naive: {len(cfg.cases())} cases, {failed} failed, {time.monotonic() - st
 """
 
 
-def run(n: int, spec: str | None, work: Path) -> dict:
+def cold_pair(base: dict, work: Path, i: int) -> dict:
+    """One more cold `doit -n 2 sweep` and cold Dask `local:2` sweep, one right after the other,
+    each in a fresh folder with a fresh store: the two ratios the machine's noise moves most."""
+    env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / f"sweep-{i}"), "CONV_SWEEP_CACHE_DIR": str(work / f"store-{i}")}
+    cold = measure(_doit("-n", str(CORES), "sweep"), env)
+    floor = sum(intrinsic(work / f"sweep-{i}").values()) / CORES
+    dask = measure(_doit("sweep"), {**env, "CONV_SWEEP_BUILD_DIR": str(work / f"dask-{i}"),
+                                    "CONV_SWEEP_CACHE_DIR": str(work / f"store-dask-{i}"),
+                                    "CONV_SWEEP_SCHEDULER": f"local:{CORES}"})
+    return {"cold_seconds": cold["seconds"], "floor_seconds": round(floor, 2), "dask_seconds": dask["seconds"],
+            "returncodes": [cold["returncode"], dask["returncode"]],
+            "cold / floor": round(cold["seconds"] / floor, 3) if floor else None,
+            "dask / cold": round(dask["seconds"] / cold["seconds"], 3)}
+
+
+def run(n: int, spec: str | None, work: Path, pairs: int = 1) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
     base["CONV_SWEEP_N"] = str(n)
     if spec:
@@ -157,7 +173,13 @@ def run(n: int, spec: str | None, work: Path) -> dict:
     if complete >= 1250:
         rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
     cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
+    repeated = [{"cold_seconds": cold["seconds"], "floor_seconds": round(floor, 2), "dask_seconds": dask["seconds"],
+                 "returncodes": [cold["returncode"], dask["returncode"]],
+                 "cold / floor": round(cold["seconds"] / floor, 3) if floor else None,
+                 "dask / cold": round(dask["seconds"] / cold["seconds"], 3)}]
+    repeated += [cold_pair(base, work, i) for i in range(1, pairs)]
     figures = {
+        "cold_pairs": repeated,
         "built_not_taken_from_the_store": built,
         "cases": cases,
         "intrinsic_tool_seconds": {k: round(v, 2) for k, v in tools.items()},
@@ -243,6 +265,15 @@ def table(figures: dict) -> str:
     lines += [f"built, not taken from the store ({name}): " + ", ".join(f"{k} {v}" for k, v in counts.items())
               for name, counts in figures.get("built_not_taken_from_the_store", {}).items()]
     lines += [f"{k}: {v}" for k, v in figures["ratios"].items()]
+    pairs = figures.get("cold_pairs", [])
+    if len(pairs) > 1:
+        lines.append(f"cold pairs, one right after the other ({len(pairs)}):")
+        lines += [f"  cold -n {CORES} {p['cold_seconds']:.2f} s, floor {p['floor_seconds']:.2f} s: x{p['cold / floor']:.3f}; "
+                  f"Dask local:{CORES} {p['dask_seconds']:.2f} s: x{p['dask / cold']:.3f}; exit {p['returncodes']}"
+                  for p in pairs]
+        for ratio in ("cold / floor", "dask / cold"):
+            values = sorted(p[ratio] for p in pairs)
+            lines.append(f"  {ratio}: median {values[len(values) // 2]:.3f}, max {values[-1]:.3f}")
     for name, r in figures.get("torq", {}).items():
         if name == "false cuts":
             lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")
@@ -258,12 +289,16 @@ def main(argv=None) -> int:
     parser.add_argument("--spec", help="a CONV_SWEEP_SPEC file instead of the default categories")
     parser.add_argument("--out", default="benchmark.json", help="where to write the figures as JSON")
     parser.add_argument("--work", help="scratch folder (default: a temporary one, removed afterwards)")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="cold doit -n 2 and Dask local:2 sweeps, side by side, this many times (default 1)")
     parser.add_argument("--torq-full", action="store_true",
                         help="also a cold full default sweep on torq, with predicted and with fixed limits (hours)")
     args = parser.parse_args(argv)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
     try:
-        figures = run(args.n, args.spec, work)
+        if args.pairs < 1:
+            parser.error(f"--pairs={args.pairs}: must be at least 1")
+        figures = run(args.n, args.spec, work, args.pairs)
         if args.torq_full:
             figures["torq"] = torq_rows(work)
     finally:
