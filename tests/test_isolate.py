@@ -115,7 +115,12 @@ def test_a_broker_serves_the_shared_helpers_of_several_processes(tmp_path, monke
         with pytest.raises(StageError, match="sleep timed out after 1 s"):
             call(time.sleep, 60, helper=name, stage="model", timeout=1, log=tmp_path / "log")
         assert call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log") not in (mine, broker.pid)
-    finally:
-        isolate._connections.stream = None
         broker.stdin.close()
         assert broker.wait(timeout=30) == 0  # it ends when its standard input closes
+        # a broker gone is the run's own failure (a harness error), never the case's tool's
+        with pytest.raises(HarnessError, match="the helper broker (went away|cannot be reached)"):
+            call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log")
+    finally:
+        isolate._connections.stream = None
+        if broker.poll() is None:
+            broker.kill()

@@ -158,19 +158,31 @@ def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: fl
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(os.environ[BROKER])
-        except OSError as err:
-            raise StageError(stage, f"{function.__name__}: the helper broker cannot be reached ({err})", None,
-                             str(log)) from None
-        stream = _connections.stream = sock.makefile("rwb")
+        except OSError as err:  # the run's own machinery failed, not a tool: a harness error
+            raise HarnessError(f"{function.__name__}: the helper broker cannot be reached ({err})") from None
+        _connections.sock, _connections.stream = sock, sock.makefile("rwb")
+        stream = _connections.stream
+    # the broker enforces the call's timeout; a broker that gives no answer at all (its turns
+    # held by other workers' calls included) fails the call rather than hanging the run
+    _connections.sock.settimeout(3 * timeout + STARTUP_TIMEOUT + 900)
     sent = time.monotonic()
     try:
         _send(stream, (helper, function, args, kwargs, stage, timeout, str(log), warm_up))
         reply = _receive(stream)
-    except OSError:
-        reply = None
+    except TimeoutError:
+        reply, problem = None, f"gave no answer within {3 * timeout + STARTUP_TIMEOUT + 900:g} s"
+    except OSError as err:
+        reply, problem = None, f"went away ({err})"
+    else:
+        problem = "went away"
     if reply is None:
         _connections.stream = None
-        raise StageError(stage, f"{function.__name__}: the helper broker went away", None, str(log))
+        for thing in (stream, _connections.sock):
+            try:
+                thing.close()
+            except OSError:
+                pass
+        raise HarnessError(f"{function.__name__}: the helper broker {problem}")
     kind, value, busy = reply
     _waits.seconds = waited() + max(0.0, time.monotonic() - sent - busy)
     if kind == "ok":
@@ -205,9 +217,17 @@ def serve_broker(path: str) -> None:
 def _serve_connection(conn) -> None:
     stream = conn.makefile("rwb")
     try:
-        while (request := _receive(stream)) is not None:
+        while True:
+            try:
+                request = _receive(stream)
+            except OSError:
+                break
+            except Exception as err:  # noqa: BLE001 - a request that cannot be read is answered, not dropped
+                request = err
+            if request is None:
+                break
             start, waits = time.monotonic(), waited()
-            reply = _serve_one(*request)
+            reply = _serve_one(request)
             _send(stream, (*reply, time.monotonic() - start - (waited() - waits)))  # busy: not its wait
     except OSError:
         pass
@@ -216,15 +236,18 @@ def _serve_connection(conn) -> None:
         conn.close()
 
 
-def _serve_one(helper, function, args, kwargs, stage, timeout, log, warm_up):
+def _serve_one(request):
     try:
+        if isinstance(request, Exception):
+            raise request
+        helper, function, args, kwargs, stage, timeout, log, warm_up = request
         if warm_up:
             return "ok", warm(function, helper=helper, stage=stage, log=log)
         return "ok", call(function, *args, helper=helper, stage=stage, timeout=timeout, log=log, **kwargs)
     except StageError as err:
         return "stage", (err.stage, err.reason, err.argv, err.log)
-    except HarnessError as err:
-        return "harness", str(err)
+    except Exception as err:  # noqa: BLE001 - ours (HarnessError) or the broker's: never a tool's failure
+        return "harness", str(err) if isinstance(err, HarnessError) else f"helper broker: {type(err).__name__}: {err}"
 
 
 def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
