@@ -125,6 +125,10 @@ def cold_pair(base: dict, work: Path, i: int) -> dict:
     dask = measure(_doit("sweep"), {**env, "CONV_SWEEP_BUILD_DIR": str(work / f"dask-{i}"),
                                     "CONV_SWEEP_CACHE_DIR": str(work / f"store-dask-{i}"),
                                     "CONV_SWEEP_SCHEDULER": f"local:{CORES}"})
+    return _pair(cold, floor, dask)
+
+
+def _pair(cold: dict, floor: float, dask: dict) -> dict:
     return {"cold_seconds": cold["seconds"], "floor_seconds": round(floor, 2), "dask_seconds": dask["seconds"],
             "returncodes": [cold["returncode"], dask["returncode"]],
             "cold / floor": round(cold["seconds"] / floor, 3) if floor else None,
@@ -173,11 +177,7 @@ def run(n: int, spec: str | None, work: Path, pairs: int = 1) -> dict:
     if complete >= 1250:
         rows["no-op doit sweep (full default sweep)"] = measure(_doit("-n", str(CORES), "sweep"), full_env)
     cases = len(list((work / "sweep").glob("cases/*/*/result.json")))
-    repeated = [{"cold_seconds": cold["seconds"], "floor_seconds": round(floor, 2), "dask_seconds": dask["seconds"],
-                 "returncodes": [cold["returncode"], dask["returncode"]],
-                 "cold / floor": round(cold["seconds"] / floor, 3) if floor else None,
-                 "dask / cold": round(dask["seconds"] / cold["seconds"], 3)}]
-    repeated += [cold_pair(base, work, i) for i in range(1, pairs)]
+    repeated = [_pair(cold, floor, dask)] + [cold_pair(base, work, i) for i in range(1, pairs)]
     figures = {
         "cold_pairs": repeated,
         "built_not_taken_from_the_store": built,
@@ -294,10 +294,10 @@ def main(argv=None) -> int:
     parser.add_argument("--torq-full", action="store_true",
                         help="also a cold full default sweep on torq, with predicted and with fixed limits (hours)")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error(f"--pairs={args.pairs}: must be at least 1")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
     try:
-        if args.pairs < 1:
-            parser.error(f"--pairs={args.pairs}: must be at least 1")
         figures = run(args.n, args.spec, work, args.pairs)
         if args.torq_full:
             figures["torq"] = torq_rows(work)
