@@ -85,11 +85,10 @@ def doit_config(run: Run) -> dict:
     }
     if run.cfg.scheduler:
         # The stages run on Dask (pipeline/engine/cluster.py): doit's threads only submit and
-        # wait, so one slot per cluster worker keeps them busy, and for a local cluster one more,
-        # queued on the scheduler, so that a worker that frees up starts its next task without
-        # waiting for the driver's round trip (about 10 ms a task); `doit -n` still overrides it.
-        local = run.cfg.scheduler.address is None
-        config["num_process"] = run.cfg.scheduler.slots + local
+        # wait, so one slot per cluster worker keeps them busy; `doit -n` still overrides it.
+        # No more: Dask hands a second task to a busy worker at once, and a worker that dies
+        # would then take an innocent task down with it.
+        config["num_process"] = run.cfg.scheduler.slots
     return config
 
 
