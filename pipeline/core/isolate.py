@@ -28,7 +28,7 @@ from pipeline.core.errors import StageError
 from pipeline.core.tools import describe_exit
 
 _HEADER = struct.Struct("<Q")
-_helpers: dict[tuple, subprocess.Popen] = {}  # (worker pid, thread, helper name) -> helper process
+_helpers: dict[tuple, subprocess.Popen] = {}  # _key(helper name) -> helper process
 _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
 # Helpers shared by every thread of a process (one call at a time, under their lock): those
 # whose one-off imports cost more than waiting for a busy one does (TensorFlow's about 2 s,
@@ -164,13 +164,14 @@ def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: fl
         stream = _connections.stream
     # the broker enforces the call's timeout; a broker that gives no answer at all (its turns
     # held by other workers' calls included) fails the call rather than hanging the run
-    _connections.sock.settimeout(3 * timeout + STARTUP_TIMEOUT + 900)
+    patience = 3 * timeout + STARTUP_TIMEOUT + 900
+    _connections.sock.settimeout(patience)
     sent = time.monotonic()
     try:
         _send(stream, (helper, function, args, kwargs, stage, timeout, str(log), warm_up))
         reply = _receive(stream)
     except TimeoutError:
-        reply, problem = None, f"gave no answer within {3 * timeout + STARTUP_TIMEOUT + 900:g} s"
+        reply, problem = None, f"gave no answer within {patience:g} s"
     except OSError as err:
         reply, problem = None, f"went away ({err})"
     else:
