@@ -63,7 +63,7 @@ class Scheduler:
 
     @property
     def slots(self) -> int:
-        """doit's thread slots: one per local worker (an existing cluster: set `doit -n`)."""
+        """Worker threads: one per local worker (an existing cluster: its doit slots, `doit -n` to set)."""
         return self.local_workers or 4
 
 

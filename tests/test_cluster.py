@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +176,46 @@ def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
                               "conv_tflite_w8i8_w20_h1_f8_k5_c4_r1_s1x2_pvalid"]
     assert "KilledWorker" in broken[lost]["reason"] and broken[lost]["status"] == "harness"
     assert len(found) == 10
+
+
+def _beside(subject, cfg):
+    """A stage function: whether its worker holds another task (queued or running) while it runs."""
+    from distributed import get_worker
+
+    time.sleep(0.3)
+    worker = get_worker()
+    mine = worker.get_current_task()
+    others = [key for key, task in worker.state.tasks.items()
+              if key != mine and task.state in ("waiting", "ready", "constrained", "executing")]
+    return f"{len(others)} other tasks on its worker" if others else None
+
+
+def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
+    """doit runs one thread more than a local cluster has workers; the extra one submits only
+    once a worker is free, so that no task waits on a worker that may die under another."""
+    from pipeline.config import Config
+
+    cfg = Config.from_env({"CONV_SWEEP_SPEC": str(write_spec(tmp_path / "spec.json", SMALL)), "CONV_SWEEP_N": "0",
+                           "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"), "CONV_SWEEP_SCHEDULER": "local:1"})
+    case = cfg.cases()[0]
+    cfg.build_dir.mkdir()
+    driver = cluster.Cluster(cfg)
+    driver.start()
+    try:
+        def three_at_once():
+            found = []
+            threads = [threading.Thread(target=lambda: found.append(driver.run(_beside, case))) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+            return found
+
+        assert three_at_once() == [None, None, None]
+        driver.free = None  # ungated, Dask queues them all on the one worker at once: the check can fail
+        assert any(three_at_once())
+    finally:
+        driver.close()
 
 
 # ---------------------------------------------------------------- the pieces, without a cluster

@@ -31,6 +31,32 @@ def test_hang_times_out_and_kills_the_helper(tmp_path):
     assert call(os.getpid, helper="t", stage="model", timeout=30, log=tmp_path / "log")
 
 
+def test_a_helper_s_temporary_files_go_with_it(tmp_path):
+    """A helper's TMPDIR is its own folder (TensorFlow's autograph leaves a module per traced
+    function there): removed when the helper ends by itself, and when it is killed."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from pipeline.core import isolate
+
+    pid = call(os.getpid, helper="tmp", stage="model", timeout=30, log=tmp_path / "log")
+    folder = isolate.helper_tmp(pid)
+    assert call(tempfile.gettempdir, helper="tmp", stage="model", timeout=30, log=tmp_path / "log") == folder
+    assert os.path.isdir(folder)
+    with pytest.raises(StageError, match="timed out"):
+        call(time.sleep, 60, helper="tmp", stage="model", timeout=1, log=tmp_path / "log")
+    assert not os.path.exists(folder)  # killed: removed by the caller
+    helper = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate"], stdin=subprocess.PIPE)
+    for _ in range(500):
+        if os.path.isdir(isolate.helper_tmp(helper.pid)):
+            break
+        time.sleep(0.01)
+    assert os.path.isdir(isolate.helper_tmp(helper.pid))
+    helper.stdin.close()  # its caller gone (however it went): the helper ends and removes it
+    assert helper.wait(timeout=30) == 0 and not os.path.exists(isolate.helper_tmp(helper.pid))
+
+
 def test_exception_names_the_function_and_error_and_keeps_the_traceback(tmp_path):
     with pytest.raises(StageError) as err:
         call(json.loads, "{not json", helper="t", stage="oracle", timeout=30, log=tmp_path / "log")
@@ -95,8 +121,11 @@ def test_a_broker_serves_the_shared_helpers_of_several_processes(tmp_path, monke
 
     from pipeline.core import isolate
 
-    path = str(tmp_path / "socket")
-    broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", path], stdin=subprocess.PIPE)
+    folder = tmp_path / "broker"
+    folder.mkdir()
+    path = isolate.broker_socket(str(folder))
+    broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", str(folder)],
+                              stdin=subprocess.PIPE)
     try:
         for _ in range(500):
             if os.path.exists(path):
@@ -117,6 +146,7 @@ def test_a_broker_serves_the_shared_helpers_of_several_processes(tmp_path, monke
         assert call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log") not in (mine, broker.pid)
         broker.stdin.close()
         assert broker.wait(timeout=30) == 0  # it ends when its standard input closes
+        assert not folder.exists()  # and removes its folder, however its run ended
         # a broker gone is the run's own failure (a harness error), never the case's tool's
         with pytest.raises(HarnessError, match="the helper broker (went away|cannot be reached)"):
             call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log")

@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -98,8 +100,20 @@ def waited() -> float:
 
 def _discard(name: str, proc: subprocess.Popen) -> None:
     _helpers.pop(_key(name), None)
+    _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill a helper, and remove the temporary folder it could not remove itself."""
     proc.kill()
     proc.wait()
+    shutil.rmtree(helper_tmp(proc.pid), ignore_errors=True)
+
+
+def helper_tmp(pid: int) -> str:
+    """A helper's own temporary folder (TMPDIR): what its libraries leave there (TensorFlow's
+    autograph writes a module per traced function) goes when the helper does."""
+    return os.path.join(tempfile.gettempdir(), f"conv-sweep-helper-{pid}")
 
 
 def _name(function) -> str:
@@ -193,26 +207,34 @@ def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: fl
     raise HarnessError(value)
 
 
-def serve_broker(path: str) -> None:
-    """Serve SHARED helper calls on the Unix socket `path` until standard input closes (the
-    run that started the broker ended): a thread per connection, each helper one call at a
-    time (_turn), so that TensorFlow's and torch's builders work side by side."""
+def serve_broker(folder: str) -> None:
+    """Serve SHARED helper calls on the Unix socket `folder`/socket until standard input
+    closes (the run that started the broker ended, however it ended): a thread per
+    connection, each helper one call at a time (_turn), so that TensorFlow's and torch's
+    builders work side by side. The folder is the broker's: it is removed when it ends."""
     import socket
 
     os.environ.pop(BROKER, None)  # the broker's own helpers are local
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
-    stdin = sys.stdin.buffer
-    while True:
-        ready, _, _ = select.select([listener, stdin], [], [])
-        if stdin in ready and not os.read(stdin.fileno(), 1 << 16):
-            break
-        if listener in ready:
-            conn, _ = listener.accept()
-            threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
-    for proc in list(_helpers.values()):
-        proc.kill()
+    try:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(broker_socket(folder))
+        listener.listen(64)
+        stdin = sys.stdin.buffer
+        while True:
+            ready, _, _ = select.select([listener, stdin], [], [])
+            if stdin in ready and not os.read(stdin.fileno(), 1 << 16):
+                break
+            if listener in ready:
+                conn, _ = listener.accept()
+                threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
+    finally:
+        for proc in list(_helpers.values()):
+            _end(proc)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def broker_socket(folder: str) -> str:
+    return os.path.join(folder, "socket")
 
 
 def _serve_connection(conn) -> None:
@@ -298,6 +320,16 @@ def _raised_here(err: BaseException) -> bool:
 
 
 def _serve() -> None:
+    folder = helper_tmp(os.getpid())
+    os.makedirs(folder, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = folder  # its tools' too
+    try:
+        _serve_requests()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_requests() -> None:
     import faulthandler
 
     requests = os.fdopen(os.dup(0), "rb")
@@ -329,7 +361,7 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--broker"]:
+    if sys.argv[1:2] == ["--broker"]:  # --broker FOLDER
         serve_broker(sys.argv[2])
     else:
         _serve()

@@ -16,6 +16,7 @@ project code, Python, stage libraries or tools differ from the driver's is refus
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 from pipeline.config import SHARED, SHIPPED, Scheduler
 from pipeline.core.chain import STAGE_OF_TASK
 from pipeline.core.errors import ConfigError
-from pipeline.core.isolate import BROKER
+from pipeline.core.isolate import BROKER, broker_socket
 
 PRELOAD = "pipeline.engine.cluster"
 TEXT_SUFFIXES = {".json", ".log", ".sh", ".txt", ".csv"}  # outputs that may name the worker's folder
@@ -128,6 +129,13 @@ class Cluster:
         self.line = ""
         self.broker = None  # the local cluster's helper broker (pipeline/core/isolate.py)
         self.broker_dir = None
+        # a local cluster's worker threads, one task each: doit runs one thread more (tasks.py),
+        # which checks and prepares the next task while every worker is busy, and submits it
+        # only once a worker is free (a result came back). Dask would hand it to a busy worker
+        # at once (worker-saturation does not stop it), and a worker that dies would take that
+        # innocent task down with it. An existing cluster's threads are its own: not gated.
+        self.free = threading.BoundedSemaphore(self.scheduler.local_workers) if self.scheduler.local_workers else None
+        self.held = threading.local()  # each doit thread's last future, released after its next submit
 
     def start(self) -> None:
         import logging
@@ -183,9 +191,9 @@ class Cluster:
         import tempfile
         import time
 
-        self.broker_dir = tempfile.mkdtemp(prefix="conv-sweep-broker-")
-        path = os.path.join(self.broker_dir, "socket")
-        self.broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", path],
+        self.broker_dir = tempfile.mkdtemp(prefix="conv-sweep-broker-")  # the broker's: it removes it
+        path = broker_socket(self.broker_dir)
+        self.broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", self.broker_dir],
                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while not os.path.exists(path):
@@ -230,22 +238,29 @@ class Cluster:
             shipped = {p.relative_to(self.cfg.build_dir).as_posix(): p.read_bytes() for p in task_files(self.cfg, cases)}
         # the worker enforces each tool's timeout; the driver gives up too, well after that
         wait = 3 * self.cfg.timeout + 900
-        # the Config (about 3 KB pickled) travels with each task: a scattered copy is data Dask
-        # cannot recompute, lost with the last worker holding it, cancelling every task waiting on it
-        future = self.client.submit(run_stage, stage_fn, subject, self.cfg, shipped, str(self.cfg.build_dir),
-                                    key=f"{task}-{cases[0].key}-{uuid.uuid4().hex[:8]}", pure=False)
-        try:
-            message, changed = future.result(timeout=wait)
-        except distributed.TimeoutError:
-            future.cancel()
-            return record_error(cases, self.cfg, STAGE_OF_TASK[task],
-                                f"no result from the Dask cluster within {wait:g} s (the task was cancelled)")
-        except distributed.client.FutureCancelledError:
-            return record_error(cases, self.cfg, STAGE_OF_TASK[task],
-                                "the Dask cluster cancelled the task (the cluster shut down)")
-        except distributed.KilledWorker:
-            return record_error(cases, self.cfg, STAGE_OF_TASK[task],
-                                "its Dask worker died running it, twice (KilledWorker): a crash or an OOM kill")
+        with self.free or contextlib.nullcontext():
+            # the Config (about 3 KB pickled) travels with each task: a scattered copy is data Dask
+            # cannot recompute, lost with the last worker holding it, cancelling every task waiting on it
+            future = self.client.submit(run_stage, stage_fn, subject, self.cfg, shipped, str(self.cfg.build_dir),
+                                        key=f"{task}-{cases[0].key}-{uuid.uuid4().hex[:8]}", pure=False)
+            # The client batches its messages to the scheduler 10 ms apart (distributed's own,
+            # fixed): a future released just before a submit (as when the last one went out of
+            # scope) held the submit back by up to 10 ms, a worker idle all that while. So a
+            # thread's last future is released after its next submit, in the same batch.
+            self.held.future = future
+            try:
+                message, changed = future.result(timeout=wait)
+            except distributed.TimeoutError:
+                future.cancel()
+                failure = f"no result from the Dask cluster within {wait:g} s (the task was cancelled)"
+            except distributed.client.FutureCancelledError:
+                failure = "the Dask cluster cancelled the task (the cluster shut down)"
+            except distributed.KilledWorker:
+                failure = "its Dask worker died running it, twice (KilledWorker): a crash or an OOM kill"
+            else:
+                failure = None
+        if failure:
+            return record_error(cases, self.cfg, STAGE_OF_TASK[task], failure)
         for rel, data in (changed or {}).items():
             path = self.cfg.build_dir / rel
             if data is None:
@@ -255,21 +270,22 @@ class Cluster:
         return message
 
     def close(self) -> None:
+        if self.broker is not None:  # it ends, with its helpers, when its standard input closes:
+            self.broker.stdin.close()  # told first, so that it ends while the cluster stops
         for thing in (self.client, self.local):
             if thing is not None:
                 try:
                     thing.close()
                 except Exception:  # noqa: BLE001 - closing at exit: nothing left to report to
                     pass
-        if self.broker is not None:  # it ends, with its helpers, when its standard input closes
-            self.broker.stdin.close()
+        if self.broker is not None:
             try:
                 self.broker.wait(timeout=30)
             except Exception:  # noqa: BLE001 - closing at exit
                 self.broker.kill()
             import shutil
 
-            shutil.rmtree(self.broker_dir, ignore_errors=True)
+            shutil.rmtree(self.broker_dir, ignore_errors=True)  # the broker's, were it killed
 
 
 def _allowed_failures() -> int:

@@ -86,9 +86,10 @@ def doit_config(run: Run) -> dict:
     if run.cfg.scheduler:
         # The stages run on Dask (pipeline/engine/cluster.py): doit's threads only submit and
         # wait, so one slot per cluster worker keeps them busy; `doit -n` still overrides it.
-        # No more: Dask hands a second task to a busy worker at once, and a worker that dies
-        # would then take an innocent task down with it.
-        config["num_process"] = run.cfg.scheduler.slots
+        # A local cluster gets one more: it checks and prepares the next task while every
+        # worker is busy, and submits it only once one is free (Cluster.free), so that Dask
+        # never hands it to a busy worker (which, dying, would take it down too).
+        config["num_process"] = run.cfg.scheduler.slots + (1 if run.cfg.scheduler.local_workers else 0)
     return config
 
 
