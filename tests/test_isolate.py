@@ -47,6 +47,10 @@ def test_a_helper_s_temporary_files_go_with_it(tmp_path):
     with pytest.raises(StageError, match="timed out"):
         call(time.sleep, 60, helper="tmp", stage="model", timeout=1, log=tmp_path / "log")
     assert not os.path.exists(folder)  # killed: removed by the caller
+    pid = call(os.getpid, helper="tmp", stage="model", timeout=30, log=tmp_path / "log")
+    with pytest.raises(StageError, match="crashed"):
+        call(os.abort, helper="tmp", stage="model", timeout=30, log=tmp_path / "log")
+    assert not os.path.exists(isolate.helper_tmp(pid))  # crashed: removed by the caller
     helper = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate"], stdin=subprocess.PIPE)
     for _ in range(500):
         if os.path.isdir(isolate.helper_tmp(helper.pid)):

@@ -289,6 +289,7 @@ def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
     if reply is None:
         returncode = proc.wait()
         _helpers.pop(_key(helper), None)
+        shutil.rmtree(helper_tmp(proc.pid), ignore_errors=True)  # it crashed: it could not
         raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
                          None, str(log))
     ok, value = reply
