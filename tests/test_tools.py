@@ -58,3 +58,19 @@ def test_reason_is_the_first_error_line_when_there_is_one(tmp_path):
     with pytest.raises(StageError) as err:
         run_tool(["sh", "-c", script], stage="compile", timeout=10, log=tmp_path / "t.log")
     assert err.value.reason == "sh exit status 1: m.mlir:3:5: error: failed to legalize"
+
+
+def test_a_run_tool_s_reason_is_its_iree_status_line_not_its_call_stack(tmp_path):
+    """torq-run-module when the simulator outlasts the runtime's wait: the status line says
+    what failed; the last line is only where in the module it was."""
+    stderr = ("/workspace/code/runtime/driver/TorqExecutable.cc:1644: INTERNAL; torq failed to wait; "
+              "while invoking native function hal.device.queue.execute.indirect; while calling import; \n"
+              "[ 0] bytecode module.main_graph:382 ../model.mlir:2:3\n"
+              "      at ../model.mlir:2:3; invoking function 'main_graph'; `sync func @main_graph(...)`\n")
+    (tmp_path / "stderr").write_text(stderr)
+    script = f"echo 'Timeout waiting for interrupt'; cat {tmp_path / 'stderr'} >&2; exit 1"
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", script], stage="run", timeout=10, log=tmp_path / "t.log")
+    assert err.value.reason == ("sh exit status 1: /workspace/code/runtime/driver/TorqExecutable.cc:1644: INTERNAL; "
+                                "torq failed to wait; while invoking native function hal.device.queue.execute.indirect; "
+                                "while calling import;")

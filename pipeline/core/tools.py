@@ -56,11 +56,17 @@ def describe_exit(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
+# an IREE runtime status: `<source>:<line>: <CODE>; <message>; <context>...`
+_IREE_STATUS = re.compile(r"^\S+:\d+: [A-Z_]+; ")
+
+
 def _diagnostic(text: str) -> str:
     """The line that says what went wrong: the first "error:" line (a compiler diagnostic),
-    else the last line."""
+    else the first IREE status line (a run tool's failure: its code and message, where the
+    last line is only the call stack's), else the last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if "error:" in line.lower()]
+    errors = [line for line in lines if "error:" in line.lower()] or \
+        [line for line in lines if _IREE_STATUS.match(line)][:1]
     return (errors or lines or [""])[0 if errors else -1][:300]
 
 
