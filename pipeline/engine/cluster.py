@@ -136,6 +136,7 @@ class Cluster:
         # innocent task down with it. An existing cluster's threads are its own: not gated.
         self.free = threading.BoundedSemaphore(self.scheduler.local_workers) if self.scheduler.local_workers else None
         self.held = threading.local()  # each doit thread's last future, released after its next submit
+        self.closing, self.closed = threading.Lock(), False
 
     def start(self) -> None:
         import logging
@@ -270,6 +271,12 @@ class Cluster:
         return message
 
     def close(self) -> None:
+        with self.closing:  # once: when the report starts (stopped), and at exit
+            if not self.closed:
+                self.closed = True
+                self._close()
+
+    def _close(self) -> None:
         if self.broker is not None:  # it ends, with its helpers, when its standard input closes:
             self.broker.stdin.close()  # told first, so that it ends while the cluster stops
         for thing in (self.client, self.local):
@@ -322,3 +329,13 @@ def connect(cfg) -> Cluster:
             atexit.register(cluster.close)
             _cluster = cluster
         return _cluster
+
+
+def stopped() -> threading.Thread | None:
+    """Stop the run's cluster, if one started, in the background (every task has ended): the
+    report is written meanwhile. Join the thread before the report's run ends."""
+    if _cluster is None:
+        return None
+    thread = threading.Thread(target=_cluster.close, name="conv-sweep-cluster-close", daemon=True)
+    thread.start()
+    return thread

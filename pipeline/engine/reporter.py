@@ -291,10 +291,18 @@ def _write_report(out, changed: bool) -> None:
         return
     from pipeline.results.report import report_run
 
+    stopping = None
+    if run.cfg.scheduler:  # every task has ended: the cluster stops while the report is written
+        from pipeline.engine.cluster import stopped
+
+        stopping = stopped()
     try:
         report_run(run.cfg, run.cases, out=out, changed=changed)
     except Exception as err:  # the run's own outcome stands; say why the report is missing
         print(f"conv-sweep: the report could not be written: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        if stopping is not None:
+            stopping.join()
 
 
 class SweepReporter(ConsoleReporter):
