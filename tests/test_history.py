@@ -4,6 +4,7 @@ limit counts at the limit it ran to; a failure that recorded no time is estimate
 cost model; the costliest start at once, one lane streams the cheapest for a third of its work,
 then all take the rest longest first."""
 import json
+import os
 
 from pipeline.config import Config
 from pipeline.engine.tasks import Run, _costliest_first
@@ -57,6 +58,31 @@ def test_one_lane_streams_the_cheapest_then_all_take_the_longest_first():
     assert history.start_order(list(costs), costs, 3) == ["a", "e", "d", "f", "c", "b"]  # a third of 9 s: a, f
     huge = {"x": 100, "y": 1, "z": 1}
     assert history.start_order(list(huge), huge, 2) == ["y", "x", "z"]
+
+
+def test_the_first_chains_start_before_all_others():
+    costs = {"a": 1, "b": 2, "c": 3, "d": 10, "e": 10, "f": 1}
+    assert history.start_order(list(costs), costs, 2, first=("f", "c")) == ["f", "e", "c", "a", "b", "d"]
+    assert history.start_order(list(costs), costs, 1, first=("c",)) == ["c", "a", "f", "b", "d", "e"]
+
+
+def test_a_first_failure_and_a_first_pass_start_at_once(tmp_path):
+    """On torq about 300 failing chains are cheaper than the cheapest passing one: the
+    cheapest chain expected to fail (listed) and the cheapest expected to pass go first."""
+    run = _run(tmp_path)
+    costs = history.chain_costs(run.cfg, run.cases)
+    cheapest = sorted(run.cases, key=lambda c: (costs[c.key], c.key))
+    listed = tmp_path / "expected.json"
+    passing = cheapest[len(cheapest) // 2]  # the one case expected to pass: of middling cost
+    listed.write_text(json.dumps({"expected_failures": [{"case": c.name, "stage": "compile", "bucket": "compile: x"}
+                                                        for c in cheapest if c is not passing]}))
+    cfg = Config.from_env({"CONV_SWEEP_SPEC": str(tmp_path / "spec.json"), "CONV_SWEEP_N": "0",
+                           "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"),
+                           "CONV_SWEEP_EXPECTED_FAILURES": str(listed)})
+    order = [c.key for c in _costliest_first(Run(cfg, cfg.cases()))]
+    assert order[0] == cheapest[0].key  # the first failure
+    assert order.index(passing.key) <= max(2, os.cpu_count() or 1)  # the first pass, once the costliest started
+    assert history.start_order(order, costs, 2).index(passing.key) > 2  # without it: later
 
 
 def test_no_costly_chain_starts_late():

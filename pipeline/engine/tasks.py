@@ -213,11 +213,11 @@ def _groups(run: Run, stage: str):
 
 def _costliest_first(run: Run) -> list[Case]:
     """The cases in the order their chains start (the sweep asks for verify tasks in this
-    order, and doit runs each one's chain depth first): planned on as many lanes as the machine
-    has cores, one streaming the cheapest chains so that results come in from the first
-    seconds, the others the most expensive first, by last run's measured durations or the cost
-    model (pipeline/results/history.py), so that no long chain starts last and leaves a core
-    idle at the end."""
+    order, and doit runs each one's chain depth first), on as many lanes as the machine has
+    cores (pipeline/results/history.py's start_order): a first failure and a first pass, and the
+    costliest chains, at once; the cheapest streaming for a third of the run; then the rest
+    longest first, by last run's measured durations or the cost model, so that no long chain
+    starts late and leaves a core idle at the end."""
     from pipeline.results.history import chain_costs, start_order
 
     if len(run.cases) < 3:
@@ -225,7 +225,13 @@ def _costliest_first(run: Run) -> list[Case]:
     by_key = {c.key: c for c in run.cases}
     lanes = run.cfg.scheduler.slots if run.cfg.scheduler else (os.cpu_count() or 1)
     run.costs = chain_costs(run.cfg, run.cases)
-    return [by_key[k] for k in start_order(list(by_key), run.costs, lanes)]
+    first = []  # the cheapest chain expected to fail (listed) and the cheapest expected to pass
+    for listed in (True, False):
+        kind = [c.key for c in run.cases if (c.expected is not None) == listed]
+        if kind:
+            first.append(min(kind, key=lambda k: (run.costs[k], k)))
+    first.sort(key=lambda k: (run.costs[k], k))
+    return [by_key[k] for k in start_order(list(by_key), run.costs, lanes, tuple(first))]
 
 
 def subtasks(run: Run, stage: str, stage_fn):

@@ -78,7 +78,7 @@ def chain_costs(cfg, cases) -> dict[str, float]:
 STREAM_SHARE = 1 / 3
 
 
-def start_order(keys: list[str], costs: dict[str, float], lanes: int) -> list[str]:
+def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tuple[str, ...] = ()) -> list[str]:
     """The order chains start in on `lanes` workers, each free worker taking the next, so that
     results stream in from the first seconds and no costly chain starts late.
 
@@ -90,10 +90,16 @@ def start_order(keys: list[str], costs: dict[str, float], lanes: int) -> list[st
     the latest, and the cheap chains left for the end even the lanes out. A chain that takes
     longer than planned (a busier machine, a slower compiler) then lengthens the run by itself
     alone: planned to start late on a lane of its own, it would start later still and end
-    the run with the other lanes idle."""
+    the run with the other lanes idle.
+
+    `first`: chains that start before all others, in that order (the cheapest one expected to
+    fail and the cheapest one expected to pass: a first failure and a first passing case
+    within seconds, where on torq about 300 cheaper failing chains would come first)."""
+    firsts = [k for k in dict.fromkeys(first) if k in costs]
+    keys = [k for k in keys if k not in set(firsts)]
     cheapest_first = sorted(keys, key=lambda k: (costs[k], k))
     if lanes < 2 or len(keys) < 2:
-        return cheapest_first
+        return firsts + cheapest_first
     budget = STREAM_SHARE * sum(costs.values()) / lanes
     stream, spent = [], 0.0
     for key in cheapest_first[:len(keys) - (lanes - 1)]:  # never one of the costliest
@@ -103,4 +109,6 @@ def start_order(keys: list[str], costs: dict[str, float], lanes: int) -> list[st
         spent += costs[key]
     streamed = set(stream)
     longest = [k for k in reversed(cheapest_first) if k not in streamed]
+    if firsts:  # the streaming lane starts with them
+        return firsts[:1] + longest[:lanes - 1] + firsts[1:] + stream + longest[lanes - 1:]
     return stream[:1] + longest[:lanes - 1] + stream[1:] + longest[lanes - 1:]
