@@ -213,11 +213,11 @@ def _groups(run: Run, stage: str):
 
 def _costliest_first(run: Run) -> list[Case]:
     """The cases in the order their chains start (the sweep asks for verify tasks in this
-    order, and doit runs each one's chain depth first), on as many lanes as the machine has
-    cores (pipeline/results/history.py's start_order): a first failure and a first pass, and the
-    costliest chains, at once; the cheapest streaming for a third of the run; then the rest
-    longest first, by last run's measured durations or the cost model, so that no long chain
-    starts late and leaves a core idle at the end."""
+    order, and doit runs each one's chain depth first): a first failure and a first pass at
+    once, then planned on as many lanes as the machine has cores, one streaming the cheapest
+    chains so that results come in from the first seconds, the others the most expensive
+    first, by last run's measured durations or the cost model (pipeline/results/history.py),
+    so that no long chain starts last and leaves a core idle at the end."""
     from pipeline.results.history import chain_costs, start_order
 
     if len(run.cases) < 3:

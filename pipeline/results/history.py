@@ -74,41 +74,42 @@ def chain_costs(cfg, cases) -> dict[str, float]:
     return {case.key: seconds(case) for case in cases}
 
 
-# the share of a lane's planned work one lane spends streaming the cheapest chains first
-STREAM_SHARE = 1 / 3
-
-
 def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tuple[str, ...] = ()) -> list[str]:
-    """The order chains start in on `lanes` workers, each free worker taking the next, so that
-    results stream in from the first seconds and no costly chain starts late.
-
-    The cheapest chain goes first, then the `lanes - 1` costliest, which start at once. The
-    worker left over streams the cheapest chains, cheapest first, for STREAM_SHARE of a lane's
-    planned work (on torq most chains fail to compile within seconds: about 1,000 of 1,250
-    results in the first third of the run). Then every worker takes the rest longest first
-    (longest processing time first), so the next costliest chain starts after that third at
-    the latest, and the cheap chains left for the end even the lanes out. A chain that takes
-    longer than planned (a busier machine, a slower compiler) then lengthens the run by itself
-    alone: planned to start late on a lane of its own, it would start later still and end
-    the run with the other lanes idle.
+    """The order chains start in on `lanes` workers, so that no long chain starts late and
+    results still stream in from the first seconds. The chains are planned on lanes longest
+    first, each on the least loaded lane so far (longest processing time first, within 4/3 of
+    the shortest possible end). The lane whose longest chain is the shortest streams results:
+    it takes the cheapest chain of all too, and runs its chains cheapest first; the others run
+    theirs longest first. The lanes are merged by the time each
+    chain would start on its lane, and doit's workers, taking the next chain as they free up,
+    follow the plan.
 
     `first`: chains that start before all others, in that order (the cheapest one expected to
     fail and the cheapest one expected to pass: a first failure and a first passing case
-    within seconds, where on torq about 300 cheaper failing chains would come first)."""
+    within seconds, where on torq about 300 failing chains are cheaper than any passing one)."""
     firsts = [k for k in dict.fromkeys(first) if k in costs]
-    keys = [k for k in keys if k not in set(firsts)]
-    cheapest_first = sorted(keys, key=lambda k: (costs[k], k))
+    if firsts:  # the first one, the other lanes' first chains (the costliest), the other firsts
+        base = start_order([k for k in keys if k not in set(firsts)], costs, lanes)
+        return firsts[:1] + base[1:lanes] + firsts[1:] + base[:1] + base[lanes:]
     if lanes < 2 or len(keys) < 2:
-        return firsts + cheapest_first
-    budget = STREAM_SHARE * sum(costs.values()) / lanes
-    stream, spent = [], 0.0
-    for key in cheapest_first[:len(keys) - (lanes - 1)]:  # never one of the costliest
-        if stream and spent + costs[key] > budget:
-            break
-        stream.append(key)
-        spent += costs[key]
-    streamed = set(stream)
-    longest = [k for k in reversed(cheapest_first) if k not in streamed]
-    if firsts:  # the streaming lane starts with them
-        return firsts[:1] + longest[:lanes - 1] + firsts[1:] + stream + longest[lanes - 1:]
-    return stream[:1] + longest[:lanes - 1] + stream[1:] + longest[lanes - 1:]
+        return sorted(keys, key=lambda k: (costs[k], k))
+    plan = [[0.0, []] for _ in range(lanes)]
+    for key in sorted(keys, key=lambda k: (-costs[k], k)):
+        lane = min(plan, key=lambda entry: entry[0])
+        lane[0] += costs[key]
+        lane[1].append(key)
+    # the lane whose longest chain is the shortest streams, with the cheapest chain of all
+    lanes_ = [chains for _, chains in plan]
+    streaming = min(lanes_, key=lambda chains: max(costs[k] for k in chains))
+    cheapest = min(keys, key=lambda k: (costs[k], k))
+    for chains in lanes_:
+        if cheapest in chains and chains is not streaming:
+            chains.remove(cheapest)
+            streaming.append(cheapest)
+    starts = {}
+    for chains in lanes_:
+        clock = 0.0
+        for key in sorted(chains, key=lambda k: (costs[k], k)) if chains is streaming else chains:
+            starts[key] = (clock, chains is not streaming)
+            clock += costs[key]
+    return sorted(keys, key=lambda k: (*starts[k], k))
