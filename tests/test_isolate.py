@@ -33,7 +33,8 @@ def test_hang_times_out_and_kills_the_helper(tmp_path):
 
 def test_a_helper_s_temporary_files_go_with_it(tmp_path):
     """A helper's TMPDIR is its own folder (TensorFlow's autograph leaves a module per traced
-    function there): removed when the helper ends by itself, and when it is killed."""
+    function there): removed when the helper ends by itself, crashes or is killed, and, when
+    its whole process tree was killed, by the next helper to start."""
     import subprocess
     import sys
     import tempfile
@@ -59,6 +60,13 @@ def test_a_helper_s_temporary_files_go_with_it(tmp_path):
     assert os.path.isdir(isolate.helper_tmp(helper.pid))
     helper.stdin.close()  # its caller gone (however it went): the helper ends and removes it
     assert helper.wait(timeout=30) == 0 and not os.path.exists(isolate.helper_tmp(helper.pid))
+    # killed with its whole process tree, nobody removes it: the next helper to start does
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    os.makedirs(isolate.helper_tmp(gone.pid))
+    live = call(os.getpid, helper="tmp2", stage="model", timeout=30, log=tmp_path / "log")
+    assert not os.path.exists(isolate.helper_tmp(gone.pid))
+    assert os.path.isdir(isolate.helper_tmp(live))  # a live helper's is kept
 
 
 def test_exception_names_the_function_and_error_and_keeps_the_traceback(tmp_path):

@@ -320,7 +320,25 @@ def _raised_here(err: BaseException) -> bool:
     return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
 
 
+def _remove_stale() -> None:
+    """Remove the folders of helpers that are gone without removing theirs: killed with their
+    whole process tree (SIGKILL to a run's process group), nobody was left to do it."""
+    prefix = os.path.basename(helper_tmp(0))[:-1]
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(prefix):]
+        if not name.startswith(prefix) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:  # alive (another user's): left alone
+            pass
+
+
 def _serve() -> None:
+    _remove_stale()
     folder = helper_tmp(os.getpid())
     os.makedirs(folder, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = folder  # its tools' too
