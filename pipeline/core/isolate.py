@@ -110,10 +110,13 @@ def _end(proc: subprocess.Popen) -> None:
     shutil.rmtree(helper_tmp(proc.pid), ignore_errors=True)
 
 
+_TMP_PREFIX = "conv-sweep-helper-"
+
+
 def helper_tmp(pid: int) -> str:
     """A helper's own temporary folder (TMPDIR): what its libraries leave there (TensorFlow's
     autograph writes a module per traced function) goes when the helper does."""
-    return os.path.join(tempfile.gettempdir(), f"conv-sweep-helper-{pid}")
+    return os.path.join(tempfile.gettempdir(), f"{_TMP_PREFIX}{pid}")
 
 
 def _name(function) -> str:
@@ -288,8 +291,7 @@ def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
     reply = _receive(proc.stdout)
     if reply is None:
         returncode = proc.wait()
-        _helpers.pop(_key(helper), None)
-        shutil.rmtree(helper_tmp(proc.pid), ignore_errors=True)  # it crashed: it could not
+        _discard(helper, proc)  # it crashed: its folder is left to remove
         raise StageError(stage, f"{what} crashed the helper process ({describe_exit(returncode)})",
                          None, str(log))
     ok, value = reply
@@ -323,16 +325,14 @@ def _raised_here(err: BaseException) -> bool:
 def _remove_stale() -> None:
     """Remove the folders of helpers that are gone without removing theirs: killed with their
     whole process tree (SIGKILL to a run's process group), nobody was left to do it."""
-    prefix = os.path.basename(helper_tmp(0))[:-1]
-    root = tempfile.gettempdir()
-    for name in os.listdir(root):
-        pid = name[len(prefix):]
-        if not name.startswith(prefix) or not pid.isdigit():
+    for name in os.listdir(tempfile.gettempdir()):
+        pid = name[len(_TMP_PREFIX):]
+        if not name.startswith(_TMP_PREFIX) or not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            shutil.rmtree(helper_tmp(int(pid)), ignore_errors=True)
         except OSError:  # alive (another user's): left alone
             pass
 

@@ -84,9 +84,11 @@ def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tup
     chain would start on its lane, and doit's workers, taking the next chain as they free up,
     follow the plan.
 
-    `first`: chains that start before all others, in that order (the cheapest one expected to
-    fail and the cheapest one expected to pass: a first failure and a first passing case
-    within seconds, where on torq about 300 failing chains are cheaper than any passing one)."""
+    `first`: chains that start at once, in that order, the first of them before all others
+    and the rest right after the other lanes' first (costliest) chains: the cheapest one
+    expected to fail and the cheapest one expected to pass, a first failure and a first
+    passing case within seconds, where on torq about 300 failing chains are cheaper than any
+    passing one."""
     firsts = [k for k in dict.fromkeys(first) if k in costs]
     if firsts:  # the first one, the other lanes' first chains (the costliest), the other firsts
         base = start_order([k for k in keys if k not in set(firsts)], costs, lanes)
