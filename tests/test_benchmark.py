@@ -61,6 +61,22 @@ def test_intrinsic_sums_every_stage_of_every_result(tmp_path):
     assert totals["compile"] == 3.5 and totals["run"] == 1.75 and totals["model"] == 0.0
 
 
+def test_intrinsic_counts_the_tools_of_the_stage_a_case_failed_at(tmp_path):
+    """A failing stage records no duration: its logged tool invocations count, a cut one at
+    its limit, so that a sweep with failures (torq: 655 of 1,250) has its whole floor."""
+    failed = tmp_path / "cases" / "c" / "torq"
+    failed.mkdir(parents=True)
+    (failed / "result.json").write_text(json.dumps({"stage": "compile", "stages": {"model": {"seconds": 0.25}}}))
+    (failed / "compile.log").write_text("$ torq-compile a.mlir\n# exit status 1 after 0.75 s\n--- stderr ---\nerror\n\n")
+    cut = tmp_path / "cases" / "d" / "torq"
+    cut.mkdir(parents=True)
+    (cut / "result.json").write_text(json.dumps({"stage": "run", "stages": {"compile": {"seconds": 1.5}}}))
+    (cut / "run.log").write_text("$ iree-dump-module m\n# exit status 0 after 0.01 s\n\n"
+                                 "$ torq-run-module --module=m\n# timed out after 20 s: cut at its predicted limit\n\n")
+    totals = benchmark.intrinsic(tmp_path)
+    assert totals["model"] == 0.25 and totals["compile"] == 2.25 and abs(totals["run"] - 20.01) < 1e-9
+
+
 def test_executed_counts_the_lines_of_started_tasks():
     assert benchmark._executed(".  model:conv_a\n-- mlir:conv_a\n.  vmfb:conv_a@llvm-cpu\nother\n") == 2
 

@@ -36,8 +36,10 @@ def test_local_cluster_gives_the_same_results_as_doit_workers(swept, tmp_path, a
                     CONV_SWEEP_ARTIFACTS=artifacts)
     run = doit("sweep", env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert run.stderr.splitlines()[0].startswith("conv-sweep: the stages run on Dask, a local cluster of 2 worker")
-    assert said in run.stderr.splitlines()[0]
+    # said once the cluster is up: a local one starts while the driver builds the first models
+    line = [x for x in run.stderr.splitlines() if x.startswith("conv-sweep: the stages run on Dask")]
+    assert len(line) == 1 and line[0].startswith("conv-sweep: the stages run on Dask, a local cluster of 2 worker")
+    assert said in line[0]
     theirs, ours = results(local_run), results(tmp_path / "build")
     assert sorted(ours) == sorted(theirs) and len(ours) == 10
     assert {n: r["status"] for n, r in ours.items()} == {n: r["status"] for n, r in theirs.items()}
@@ -219,6 +221,34 @@ def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
 
 
 # ---------------------------------------------------------------- the pieces, without a cluster
+
+def model(subject, cfg):
+    """A stage function named as the model task: where it runs, and whether it held a turn."""
+    return f"{os.getpid()} {threading.current_thread().name}"
+
+
+def test_a_local_cluster_s_driver_builds_the_models_itself_taking_a_worker_s_turn(tmp_path):
+    """Its model builds run in the driver (one TensorFlow and one torch there, as under doit's
+    threads), before the cluster has started; each takes one of the workers' turns."""
+    from pipeline.config import Config
+
+    cfg = Config.from_env({"CONV_SWEEP_SPEC": str(write_spec(tmp_path / "spec.json", SMALL)), "CONV_SWEEP_N": "0",
+                           "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"), "CONV_SWEEP_SCHEDULER": "local:1"})
+    driver = cluster.Cluster(cfg)  # never started
+    assert driver.run(model, [cfg.cases()[0]]) == f"{os.getpid()} {threading.current_thread().name}"
+    assert not driver.started.is_set() and driver.client is None
+    assert driver.free.acquire(blocking=False)  # the turn was given back
+    try:
+        blocked = []
+        thread = threading.Thread(target=lambda: blocked.append(driver.run(model, [cfg.cases()[0]])))
+        thread.start()
+        thread.join(timeout=0.5)
+        assert thread.is_alive() and not blocked  # the one worker's turn is taken: it waits
+    finally:
+        driver.free.release()
+    thread.join(timeout=30)
+    assert blocked and blocked[0].startswith(str(os.getpid()))
+
 
 def test_sees_reads_the_probe_only_where_the_token_matches(tmp_path):
     probe = tmp_path / "probe"

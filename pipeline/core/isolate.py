@@ -5,8 +5,8 @@ call, never the run.
 Each runner thread (doit's thread runner, a Dask worker's thread) keeps one helper of each
 kind (`python -m pipeline.core.isolate`), so the libraries are imported once, not once per
 task; the model builders (SHARED: TensorFlow's and torch's, whose imports cost seconds) are
-one per process, shared by its threads one call at a time (and by the worker processes of a
-local Dask cluster, through a broker: serve_broker). A call that outlives its timeout
+one per process, shared by its threads one call at a time (a local Dask cluster's driver
+builds the models itself: pipeline/engine/cluster.py). A call that outlives its timeout
 kills the helper; a helper that dies (a segfault, an OOM kill) fails that call with the
 signal; either way the next call starts a fresh helper. While a call runs, the helper's
 stdout and stderr go to the case's log (with a Python traceback on a fatal signal).
@@ -126,17 +126,11 @@ def _name(function) -> str:
 def warm(warm_up, *, helper: str, stage: str, log) -> None:
     """Run `warm_up` (a function doing one-off imports) once per helper, under STARTUP_TIMEOUT,
     so that a call's own timeout and duration measure the work itself."""
-    if _brokered(helper):
-        return _through_broker(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log, warm_up=True)
     with _turn(helper):
-        _warm_here(helper, warm_up, stage, log)
-
-
-def _warm_here(helper: str, warm_up, stage: str, log) -> None:
-    _helper(helper)
-    if _name(warm_up) not in _warm[_key(helper)]:
-        _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
-        _warm[_key(helper)].add(_name(warm_up))
+        _helper(helper)
+        if _name(warm_up) not in _warm[_key(helper)]:
+            _call(helper, warm_up, (), {}, stage, STARTUP_TIMEOUT, log)
+            _warm[_key(helper)].add(_name(warm_up))
 
 
 def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs):
@@ -147,133 +141,8 @@ def call(function, *args, helper: str, stage: str, timeout: float, log, **kwargs
     Raises StageError on a timeout, a crash of the helper, or an exception a library raised in
     the function; HarnessError on an exception raised by this package's own code.
     """
-    if _brokered(helper):
-        return _through_broker(helper, function, args, kwargs, stage, timeout, log)
     with _turn(helper):
         return _call(helper, function, args, kwargs, stage, timeout, log)
-
-
-# ---------------------------------------------------------------- one set of SHARED helpers for several processes
-
-BROKER = "CONV_SWEEP_HELPER_BROKER"  # set for a local Dask cluster's workers: the broker's socket
-_connections = threading.local()
-
-
-def _brokered(helper: str) -> bool:
-    return helper in SHARED and bool(os.environ.get(BROKER))
-
-
-def _through_broker(helper: str, function, args, kwargs, stage: str, timeout: float, log, warm_up=False):
-    """A SHARED helper's call (or warm-up) served by the broker (serve_broker), whose helpers
-    every worker process of the machine's run shares, one call at a time. The broker runs the
-    call as `call` would here (the same timeout, crash and exception handling); the seconds the
-    call waited for its turn are counted apart, as for threads."""
-    import socket
-
-    stream = getattr(_connections, "stream", None)
-    if stream is None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(os.environ[BROKER])
-        except OSError as err:  # the run's own machinery failed, not a tool: a harness error
-            raise HarnessError(f"{function.__name__}: the helper broker cannot be reached ({err})") from None
-        _connections.sock, _connections.stream = sock, sock.makefile("rwb")
-        stream = _connections.stream
-    # the broker enforces the call's timeout; a broker that gives no answer at all (its turns
-    # held by other workers' calls included) fails the call rather than hanging the run
-    patience = 3 * timeout + STARTUP_TIMEOUT + 900
-    _connections.sock.settimeout(patience)
-    sent = time.monotonic()
-    try:
-        _send(stream, (helper, function, args, kwargs, stage, timeout, str(log), warm_up))
-        reply = _receive(stream)
-    except TimeoutError:
-        reply, problem = None, f"gave no answer within {patience:g} s"
-    except OSError as err:
-        reply, problem = None, f"went away ({err})"
-    else:
-        problem = "went away"
-    if reply is None:
-        _connections.stream = None
-        for thing in (stream, _connections.sock):
-            try:
-                thing.close()
-            except OSError:
-                pass
-        raise HarnessError(f"{function.__name__}: the helper broker {problem}")
-    kind, value, busy = reply
-    _waits.seconds = waited() + max(0.0, time.monotonic() - sent - busy)
-    if kind == "ok":
-        return value
-    if kind == "stage":
-        raise StageError(*value)
-    raise HarnessError(value)
-
-
-def serve_broker(folder: str) -> None:
-    """Serve SHARED helper calls on the Unix socket `folder`/socket until standard input
-    closes (the run that started the broker ended, however it ended): a thread per
-    connection, each helper one call at a time (_turn), so that TensorFlow's and torch's
-    builders work side by side. The folder is the broker's: it is removed when it ends."""
-    import socket
-
-    os.environ.pop(BROKER, None)  # the broker's own helpers are local
-    try:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(broker_socket(folder))
-        listener.listen(64)
-        stdin = sys.stdin.buffer
-        while True:
-            ready, _, _ = select.select([listener, stdin], [], [])
-            if stdin in ready and not os.read(stdin.fileno(), 1 << 16):
-                break
-            if listener in ready:
-                conn, _ = listener.accept()
-                threading.Thread(target=_serve_connection, args=(conn,), daemon=True).start()
-    finally:
-        for proc in list(_helpers.values()):
-            _end(proc)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def broker_socket(folder: str) -> str:
-    return os.path.join(folder, "socket")
-
-
-def _serve_connection(conn) -> None:
-    stream = conn.makefile("rwb")
-    try:
-        while True:
-            try:
-                request = _receive(stream)
-            except OSError:
-                break
-            except Exception as err:  # noqa: BLE001 - a request that cannot be read is answered, not dropped
-                request = err
-            if request is None:
-                break
-            start, waits = time.monotonic(), waited()
-            reply = _serve_one(request)
-            _send(stream, (*reply, time.monotonic() - start - (waited() - waits)))  # busy: not its wait
-    except OSError:
-        pass
-    finally:
-        stream.close()
-        conn.close()
-
-
-def _serve_one(request):
-    try:
-        if isinstance(request, Exception):
-            raise request
-        helper, function, args, kwargs, stage, timeout, log, warm_up = request
-        if warm_up:
-            return "ok", warm(function, helper=helper, stage=stage, log=log)
-        return "ok", call(function, *args, helper=helper, stage=stage, timeout=timeout, log=log, **kwargs)
-    except StageError as err:
-        return "stage", (err.stage, err.reason, err.argv, err.log)
-    except Exception as err:  # noqa: BLE001 - ours (HarnessError) or the broker's: never a tool's failure
-        return "harness", str(err) if isinstance(err, HarnessError) else f"helper broker: {type(err).__name__}: {err}"
 
 
 def _call(helper: str, function, args, kwargs, stage: str, timeout: float, log):
@@ -380,7 +249,4 @@ def _serve_requests() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--broker"]:  # --broker FOLDER
-        serve_broker(sys.argv[2])
-    else:
-        _serve()
+    _serve()

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 
 from pipeline.core.chain import TIMED_STAGES
+from pipeline.core.tools import logged_runs
+from pipeline.results.calibrate import LOGS
 
 ROOT = Path(__file__).resolve().parents[2]  # the project folder
 CORES = 2
@@ -91,13 +93,24 @@ def _executed(stdout: str) -> int:
 
 
 def intrinsic(build_dir: Path) -> dict:
-    """Sum of the per-stage durations recorded in result.json, per stage."""
+    """Tool time per stage: the durations result.json records, and for the stage a case failed
+    at, which records none, what its logged tool invocations took (one cut at a limit: the
+    limit), so that a sweep with failures has its whole floor."""
     totals = dict.fromkeys(TIMED_STAGES, 0.0)
     for path in Path(build_dir).glob("cases/*/*/result.json"):
-        stages = json.loads(path.read_text()).get("stages", {})
+        result = json.loads(path.read_text())
+        stages = result.get("stages", {})
         for stage in TIMED_STAGES:
             totals[stage] += float(stages.get(stage, {}).get("seconds", 0.0))
+        failed = result.get("stage")
+        if failed in LOGS and failed not in stages:
+            totals[failed] += _logged_seconds(path.parent / LOGS[failed])
     return totals
+
+
+def _logged_seconds(log: Path) -> float:
+    """Seconds of every tool invocation a log records, a cut one's included."""
+    return sum(took for _, took in logged_runs(log) if took is not None) + in_timeouts(log.parent, log.name)
 
 
 NAIVE = """
@@ -240,12 +253,13 @@ def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
     return sorted(name for name, r in outcomes(fixed).items() if name in cut and "timed out" not in (r.get("reason") or ""))
 
 
-def in_timeouts(build_dir: Path) -> float:
-    """Seconds the build folder's tools spent before being cut at a limit (their logs say)."""
+def in_timeouts(build_dir: Path, logs: str = "cases/*/*/*.log") -> float:
+    """Seconds the build folder's tools (those of its logs matching `logs`) spent before being
+    cut at a limit (their logs say)."""
     import re
 
     total = 0.0
-    for log in Path(build_dir).glob("cases/*/*/*.log"):
+    for log in Path(build_dir).glob(logs):
         total += sum(float(m) for m in re.findall(r"^# timed out after ([\d.]+) s", log.read_text(errors="replace"),
                                                  re.M))
     return round(total, 1)

@@ -4,7 +4,10 @@ doit fans out with its thread runner: each task's action submits its stage to th
 blocks on the result, so up-to-date checks, the dependency DB (written on doit's main thread,
 one committed record per finished task) and the reporters stay doit's. The heavy work (model
 build, import, compile, run, oracle, compare) runs in the Dask workers, each with its own
-helper processes (pipeline/core/isolate.py), imported once per worker process.
+helper processes (pipeline/core/isolate.py), imported once per worker process. A local
+cluster's model builds are the exception (LOCAL_TASKS): its workers are processes of this
+machine, whose TensorFlow and torch would be one set per run anyway, as under doit's own
+threads; the driver runs them itself, in its own helpers, while the cluster is still starting.
 
 Artifacts: with a shared filesystem the workers read and write the build folder in place (every
 write is atomic already); without one, the driver ships each task's folders to the worker as
@@ -30,10 +33,13 @@ from pathlib import Path
 from pipeline.config import SHARED, SHIPPED, Scheduler
 from pipeline.core.chain import STAGE_OF_TASK
 from pipeline.core.errors import ConfigError
-from pipeline.core.isolate import BROKER, broker_socket
 
 PRELOAD = "pipeline.engine.cluster"
 TEXT_SUFFIXES = {".json", ".log", ".sh", ".txt", ".csv"}  # outputs that may name the worker's folder
+# The tasks a local cluster's driver runs itself: a model build is a call to a TensorFlow or torch
+# helper (isolate.SHARED), one per run on this machine whoever calls it, so a worker would only
+# relay it (a Dask round trip, and a worker's CPU, for each of them)
+LOCAL_TASKS = ("model",)
 
 
 # ---------------------------------------------------------------- worker side
@@ -136,8 +142,9 @@ class Cluster:
         self.local = None
         self.mode = None
         self.line = ""
-        self.broker = None  # the local cluster's helper broker (pipeline/core/isolate.py)
-        self.broker_dir = None
+        self.starting = False
+        self.started = threading.Event()  # set once start() has ended, well or not (self.failure)
+        self.failure: BaseException | None = None
         # a local cluster's worker threads, one task each: doit runs one thread more (tasks.py),
         # which checks and prepares the next task while every worker is busy, and submits it
         # only once a worker is free (a result came back). Dask would hand it to a busy worker
@@ -148,7 +155,34 @@ class Cluster:
         self.closing, self.closed = threading.Lock(), False
         self.config = pickle.dumps(cfg)
 
+    def start_in_background(self) -> None:
+        """Start the cluster on a thread of its own: a local cluster's worker processes start
+        while the driver builds the first models (LOCAL_TASKS); the other tasks wait for it."""
+        def starting():
+            try:
+                self.start()
+            except BaseException:  # noqa: BLE001 - kept (self.failure) for every task that waits for it
+                pass
+
+        threading.Thread(target=starting, name="conv-sweep-cluster-start", daemon=True).start()
+
+    def ready(self) -> None:
+        """Wait until the cluster has started; raise what stopped it."""
+        self.started.wait()
+        if self.failure is not None:
+            raise self.failure
+
     def start(self) -> None:
+        self.starting = True
+        try:
+            self._start()
+        except BaseException as err:
+            self.failure = err
+            raise
+        finally:
+            self.started.set()
+
+    def _start(self) -> None:
         import logging
 
         import dask
@@ -160,7 +194,10 @@ class Cluster:
             # worker thread each 10 ms), event-loop tick, system and memory monitors and work
             # stealing (pointless with tasks submitted one at a time) took 14 of 78 core-seconds of
             # a 50-case sweep on 2 cores, the profiler 13 of them. The workers inherit this config.
+            # They are forked from a server process that imported distributed once, rather than
+            # each spawned to import it again (0.6 core-seconds at start; they also stop faster).
             dask.config.set({"distributed.scheduler.allowed-failures": 1,
+                             "distributed.worker.multiprocessing-method": "forkserver",
                              "distributed.worker.profile.enabled": False,
                              "distributed.admin.tick.interval": "1s",
                              "distributed.admin.system-monitor.interval": "5s",
@@ -168,8 +205,7 @@ class Cluster:
                              "distributed.scheduler.work-stealing": False})
             self.local = distributed.LocalCluster(
                 n_workers=self.scheduler.local_workers, threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60,
-                env={BROKER: self._start_broker()})
+                dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60)
             self.client = distributed.Client(self.local)
             where = f"a local cluster of {self.scheduler.local_workers} worker processes"
         else:
@@ -193,25 +229,6 @@ class Cluster:
         self.line = (f"conv-sweep: the stages run on Dask, {where} ({len(workers)} workers, {threads} threads); "
                      f"artifacts: {'shared filesystem' if self.mode == SHARED else 'shipped as bytes (no shared filesystem)'}")
         print(self.line, file=sys.stderr, flush=True)
-
-    def _start_broker(self) -> str:
-        """One set of model builders (TensorFlow's, torch's: isolate.SHARED) for the local
-        workers, which are processes on this machine: each library imported once per run, as
-        under doit's thread runner, not once per worker. It lives while this driver does."""
-        import subprocess
-        import tempfile
-        import time
-
-        self.broker_dir = tempfile.mkdtemp(prefix="conv-sweep-broker-")  # the broker's: it removes it
-        path = broker_socket(self.broker_dir)
-        self.broker = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate", "--broker", self.broker_dir],
-                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path):
-            if self.broker.poll() is not None or time.monotonic() > deadline:
-                raise ConfigError("CONV_SWEEP_SCHEDULER", "local", "the helper broker did not start")
-            time.sleep(0.01)
-        return path
 
     def _check_versions(self) -> None:
         mine = identity(self.cfg)
@@ -243,6 +260,10 @@ class Cluster:
         from pipeline.core.tools import write_bytes
 
         task = stage_fn.__name__  # the task it runs: its name in pipeline/core/chain.py's TASKS
+        if self.free is not None and task in LOCAL_TASKS:
+            with self.free:  # it takes a worker's turn: no more tools at once than workers
+                return stage_fn(subject, self.cfg)
+        self.ready()
         cases = subject if isinstance(subject, list) else [subject]
         shipped = None
         if self.mode == SHIPPED:
@@ -289,22 +310,14 @@ class Cluster:
                 self._close()
 
     def _close(self) -> None:
-        if self.broker is not None:  # it ends, with its helpers, when its standard input closes:
-            self.broker.stdin.close()  # told first, so that it ends while the cluster stops
+        if self.starting:
+            self.started.wait(timeout=300)  # a cluster still starting is stopped once it has
         for thing in (self.client, self.local):
             if thing is not None:
                 try:
                     thing.close()
                 except Exception:  # noqa: BLE001 - closing at exit: nothing left to report to
                     pass
-        if self.broker is not None:
-            try:
-                self.broker.wait(timeout=30)
-            except Exception:  # noqa: BLE001 - closing at exit
-                self.broker.kill()
-            import shutil
-
-            shutil.rmtree(self.broker_dir, ignore_errors=True)  # the broker's, were it killed
 
 
 def _allowed_failures() -> int:
@@ -325,19 +338,25 @@ _lock = threading.Lock()
 _cluster: Cluster | None = None
 
 
-def connect(cfg) -> Cluster:
-    """The run's cluster, started on first use (by doit's first task thread, or the reporter)."""
+def connect(cfg, wait: bool = True) -> Cluster:
+    """The run's cluster, started on first use (by the reporter before any task, or doit's first
+    task thread). With wait=False, a local cluster starts in the background (its tasks wait for
+    it: Cluster.ready); an existing cluster is always waited for, as what it refuses (another
+    project's workers, a scheduler that retries killed tasks) must stop the run before any task."""
     global _cluster
     with _lock:
         if _cluster is None:
             import atexit
 
             cluster = Cluster(cfg)
-            try:
-                cluster.start()
-            except BaseException:
-                cluster.close()
-                raise
+            if wait or not cfg.scheduler.local_workers:
+                try:
+                    cluster.start()
+                except BaseException:
+                    cluster.close()
+                    raise
+            else:
+                cluster.start_in_background()
             atexit.register(cluster.close)
             _cluster = cluster
         return _cluster

@@ -36,7 +36,7 @@ def _start(report: bool) -> None:
     for target in run.cfg.targets:
         run.target_keys(target.name)
     if run.cfg.scheduler:
-        _start_cluster(run.cfg)  # its line (where the stages run, how artifacts move) comes first
+        _start_cluster(run.cfg)  # it says where the stages run and how artifacts move, once it is up
 
 
 def _closure(tasks: dict, selected: list[str]) -> set[str]:
@@ -269,12 +269,13 @@ def _clock(seconds: float) -> str:
 
 
 def _start_cluster(cfg) -> None:
-    """Connect to (or start) the Dask cluster before any task; a bad cluster stops the run."""
+    """Connect to the Dask cluster before any task, where a bad one stops the run; a local
+    cluster starts in the background while the driver builds the first models."""
     from pipeline.engine.cluster import connect
     from pipeline.core.errors import ConfigError
 
     try:
-        connect(cfg)
+        connect(cfg, wait=False)
     except ConfigError as err:
         print(f"conv-sweep: bad configuration, nothing was run: {err}", file=sys.stderr)
         raise SystemExit(2) from None
