@@ -5,7 +5,7 @@ Knobs (all optional):
   CONV_SWEEP_BUILD_DIR      artifact root (default: build/ beside dodo.py)
   CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
   CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
-  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 1200): the hard upper limit
+  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 3600): the hard upper limit
   CONV_SWEEP_CACHE_DIR      the store of stage outputs shared by build folders (default
                             ~/.cache/conv-sweep/store; off: none)
   CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
@@ -48,7 +48,7 @@ from pipeline.targets import cost
 from pipeline.targets.cost import Limit
 from pipeline.targets.profiles import Profile, installed_toolchain, load_profiles, resolve_tool, select
 
-DEFAULT_TIMEOUT = 1200.0  # above every built-in profile's hard limits (docs/targets.md: time limits)
+DEFAULT_TIMEOUT = 3600.0  # at least every built-in profile's hard limits (docs/targets.md: time limits)
 SHARED, SHIPPED = "shared", "shipped"  # how Dask workers reach the build folder
 ARTIFACT_MODES = ("auto", SHARED, SHIPPED)
 TIMEOUT_MODES = ("predicted", "fixed")  # CONV_SWEEP_TIMEOUTS

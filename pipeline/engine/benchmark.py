@@ -131,14 +131,17 @@ print(f"naive: {len(cfg.cases())} cases, {failed} failed, {time.monotonic() - st
 
 def cold_pair(base: dict, work: Path, i: int) -> dict:
     """One more cold `doit -n 2 sweep` and cold Dask `local:2` sweep, one right after the other,
-    each in a fresh folder with a fresh store: the two ratios the machine's noise moves most."""
+    each in a fresh folder with a fresh store: the two ratios the machine's noise moves most.
+    Odd pairs run the Dask sweep first, so that a machine slowing down (or speeding up) over
+    the pairs does not count against one of the two."""
     env = {**base, "CONV_SWEEP_BUILD_DIR": str(work / f"sweep-{i}"), "CONV_SWEEP_CACHE_DIR": str(work / f"store-{i}")}
-    cold = measure(_doit("-n", str(CORES), "sweep"), env)
+    runs = {"cold": (_doit("-n", str(CORES), "sweep"), env),
+            "dask": (_doit("sweep"), {**env, "CONV_SWEEP_BUILD_DIR": str(work / f"dask-{i}"),
+                                      "CONV_SWEEP_CACHE_DIR": str(work / f"store-dask-{i}"),
+                                      "CONV_SWEEP_SCHEDULER": f"local:{CORES}"})}
+    measured = {name: measure(*runs[name]) for name in (("dask", "cold") if i % 2 else ("cold", "dask"))}
     floor = sum(intrinsic(work / f"sweep-{i}").values()) / CORES
-    dask = measure(_doit("sweep"), {**env, "CONV_SWEEP_BUILD_DIR": str(work / f"dask-{i}"),
-                                    "CONV_SWEEP_CACHE_DIR": str(work / f"store-dask-{i}"),
-                                    "CONV_SWEEP_SCHEDULER": f"local:{CORES}"})
-    return _pair(cold, floor, dask)
+    return _pair(measured["cold"], floor, measured["dask"])
 
 
 def _pair(cold: dict, floor: float, dask: dict) -> dict:
