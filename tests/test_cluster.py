@@ -223,7 +223,7 @@ def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
 # ---------------------------------------------------------------- the pieces, without a cluster
 
 def model(subject, cfg):
-    """A stage function named as the model task: where it runs, and whether it held a turn."""
+    """A stage function named as the model task: it says where it ran (process, thread)."""
     return f"{os.getpid()} {threading.current_thread().name}"
 
 
