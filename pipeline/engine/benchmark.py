@@ -110,7 +110,7 @@ def intrinsic(build_dir: Path) -> dict:
 
 def _logged_seconds(log: Path) -> float:
     """Seconds of every tool invocation a log records, a cut one's included."""
-    return sum(took for _, took in logged_runs(log) if took is not None) + in_timeouts(log.parent, log.name)
+    return sum(took for _, took in logged_runs(log) if took is not None) + _cut_seconds(log)
 
 
 NAIVE = """
@@ -256,16 +256,17 @@ def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
     return sorted(name for name, r in outcomes(fixed).items() if name in cut and "timed out" not in (r.get("reason") or ""))
 
 
-def in_timeouts(build_dir: Path, logs: str = "cases/*/*/*.log") -> float:
-    """Seconds the build folder's tools (those of its logs matching `logs`) spent before being
-    cut at a limit (their logs say)."""
+def in_timeouts(build_dir: Path) -> float:
+    """Seconds the build folder's tools spent before being cut at a limit (their logs say)."""
+    return round(sum(_cut_seconds(log) for log in Path(build_dir).glob("cases/*/*/*.log")), 1)
+
+
+def _cut_seconds(log: Path) -> float:
+    """Seconds the tools of one log spent before being cut at a limit."""
     import re
 
-    total = 0.0
-    for log in Path(build_dir).glob(logs):
-        total += sum(float(m) for m in re.findall(r"^# timed out after ([\d.]+) s", log.read_text(errors="replace"),
-                                                 re.M))
-    return round(total, 1)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return sum(float(m) for m in re.findall(r"^# timed out after ([\d.]+) s", text, re.M))
 
 
 def table(figures: dict) -> str:
