@@ -220,6 +220,37 @@ def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
         driver.close()
 
 
+def _tool_environment(subject, cfg):
+    """A stage function: the environment a tool it starts sees, as text (`env`'s output)."""
+    return subprocess.run(["env", "-0"], capture_output=True, text=True, check=True).stdout
+
+
+def _variables(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split("\0") if "=" in item)
+
+
+def test_a_local_cluster_s_tools_run_in_the_driver_s_environment(tmp_path):
+    """Dask's nannies (run in the driver) set their pre-spawn environment in the driver's own
+    os.environ before starting each worker: a malloc trim threshold and one OpenMP/BLAS thread.
+    A local cluster starts none of it: its workers' tools, and the driver's after the start,
+    see the variables the driver had."""
+    from pipeline.config import Config
+
+    cfg = Config.from_env({"CONV_SWEEP_SPEC": str(write_spec(tmp_path / "spec.json", SMALL)), "CONV_SWEEP_N": "0",
+                           "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"), "CONV_SWEEP_SCHEDULER": "local:1"})
+    cfg.build_dir.mkdir()
+    watched = ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    before = {name: os.environ.get(name) for name in watched}
+    driver = cluster.Cluster(cfg)
+    driver.start()
+    try:
+        on_worker = _variables(driver.run(_tool_environment, cfg.cases()[0]))
+    finally:
+        driver.close()
+    assert {name: os.environ.get(name) for name in watched} == before
+    assert {name: on_worker.get(name) for name in watched} == before
+
+
 # ---------------------------------------------------------------- the pieces, without a cluster
 
 def model(subject, cfg):

@@ -202,7 +202,14 @@ class Cluster:
                              "distributed.admin.tick.interval": "1s",
                              "distributed.admin.system-monitor.interval": "5s",
                              "distributed.worker.memory.monitor-interval": "1s",
-                             "distributed.scheduler.work-stealing": False})
+                             "distributed.scheduler.work-stealing": False,
+                             # the nannies run in this process and, before starting each worker,
+                             # write their pre-spawn environment into its os.environ
+                             # (MALLOC_TRIM_THRESHOLD_=65536, OMP/MKL/OPENBLAS_NUM_THREADS=1): every
+                             # tool and helper started after that, on the workers and here, would
+                             # run in another environment than under doit, and this process's
+                             # helpers in one or the other by when they started
+                             "distributed.nanny.pre-spawn-environ": {}})
             self.local = distributed.LocalCluster(
                 n_workers=self.scheduler.local_workers, threads_per_worker=1, processes=True,
                 dashboard_address=None, silence_logs=logging.ERROR, preload=[PRELOAD], death_timeout=60)
