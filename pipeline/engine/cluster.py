@@ -261,15 +261,18 @@ class Cluster:
 
     def run(self, stage_fn, subject) -> str | None:
         """Run one task's stage function on the cluster; its failure message, or None."""
+        task = stage_fn.__name__  # the task it runs: its name in pipeline/core/chain.py's TASKS
+        if self.free is not None and task in LOCAL_TASKS:
+            with self.free:  # it takes a worker's turn: no more tools at once than workers
+                return stage_fn(subject, self.cfg)
+        # imported only here, past the local branch: while the cluster-start thread imports
+        # distributed, an import in the driver's model builds would wait on its import lock
+        # (0.4 s at the start of a run, measured)
         import distributed
 
         from pipeline.run.stages import record_error
         from pipeline.core.tools import write_bytes
 
-        task = stage_fn.__name__  # the task it runs: its name in pipeline/core/chain.py's TASKS
-        if self.free is not None and task in LOCAL_TASKS:
-            with self.free:  # it takes a worker's turn: no more tools at once than workers
-                return stage_fn(subject, self.cfg)
         self.ready()
         cases = subject if isinstance(subject, list) else [subject]
         shipped = None
