@@ -81,6 +81,15 @@ def test_executed_counts_the_lines_of_started_tasks():
     assert benchmark._executed(".  model:conv_a\n-- mlir:conv_a\n.  vmfb:conv_a@llvm-cpu\nother\n") == 2
 
 
+def test_measure_ends_when_the_process_exits_not_when_its_children_close_its_output():
+    # the child keeps the inherited stdout and stderr open for 3 s after its parent has exited
+    child = "import time; time.sleep(3)"
+    parent = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}]); print('done')"
+    figures = benchmark.measure([sys.executable, "-c", parent], env=clean_env())
+    assert figures["returncode"] == 0 and figures["stdout"] == "done\n"
+    assert figures["seconds"] < 2.5
+
+
 def test_a_false_cut_is_a_predicted_cut_whose_tool_ended_by_itself_under_the_fixed_limit(tmp_path):
     reasons = {"predicted": {"hang": "t timed out after 20 s: cut at its predicted limit (...)",
                              "slow": "t timed out after 20 s: cut at its predicted limit (...)", "ok": "3 checks"},

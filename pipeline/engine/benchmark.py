@@ -65,21 +65,30 @@ def _rss_kib(pid: int) -> int:
 
 
 def measure(argv: list[str], env: dict, cwd: Path = ROOT) -> dict:
-    """Wall time, exit status and peak resident memory (sum over the process tree) of argv."""
+    """Wall time, exit status and peak resident memory (sum over the process tree) of argv.
+    The wall time ends when the process exits, as a shell's `time` sees it: not when the last
+    of its children (a Dask cluster's forkserver and workers, which inherit its stderr) has
+    closed the output pipes, nor when the memory sampler next wakes up."""
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = [0]
+    peak, end = [0], [0.0]
 
     def sample():
         while proc.poll() is None:
             peak[0] = max(peak[0], sum(_rss_kib(p) for p in _descendants(proc.pid)))
             time.sleep(0.2)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    def wait():
+        proc.wait()
+        end[0] = time.monotonic()
+
+    threads = [threading.Thread(target=sample, daemon=True), threading.Thread(target=wait, daemon=True)]
+    for thread in threads:
+        thread.start()
     out, err = proc.communicate()
-    sampler.join()
-    return {"seconds": round(time.monotonic() - start, 3), "returncode": proc.returncode,
+    for thread in threads:
+        thread.join()
+    return {"seconds": round(end[0] - start, 3), "returncode": proc.returncode,
             "peak_rss_mb": round(peak[0] / 1024, 1), "stdout": out, "stderr": err}
 
 
