@@ -1,7 +1,7 @@
 """The flag check compiles every case with and without the flags under test, with the real
 iree-compile: a flag that leaves the module alone is identical everywhere, one that changes the
-module or breaks the compile is listed and fails the check, and a build folder without MLIR is
-refused before anything is compiled."""
+module or breaks the compile is listed and fails the check, a compile cut at its limit proves
+nothing, and a build folder without MLIR is refused before anything is compiled."""
 import json
 import subprocess
 import sys
@@ -52,6 +52,12 @@ def test_flagcheck_proves_identity_and_lists_what_differs(tmp_path):
     rows = json.loads((tmp_path / "broken.json").read_text())["cases"]
     assert all(r["verdict"] == "differs" and r["b"].startswith("error: iree-compile exit status 1") for r in rows)
 
+    # a compile cut at its limit proves nothing either way
+    cut = _flagcheck({**env, "CONV_SWEEP_TIMEOUT": "0.001"}, "--flags=--verify=false", "--out", str(tmp_path / "cut.json"))
+    assert cut.returncode == 1
+    rows = json.loads((tmp_path / "cut.json").read_text())["cases"]
+    assert all(r["verdict"] == "cut" and r["a"].startswith("cut: iree-compile timed out") for r in rows)
+
 
 def _row(target, flavor, verdict, a, b, **extra):
     return {"case": f"c_{flavor}", "target": target, "flavor": flavor, "verdict": verdict, "a": "x", "b": "y",
@@ -60,12 +66,12 @@ def _row(target, flavor, verdict, a, b, **extra):
 
 def test_summary_counts_each_verdict_and_the_ratio_per_target_and_flavor():
     rows = [_row("llvm-cpu", "onnx_f32", "identical", 2.0, 1.0), _row("llvm-cpu", "tflite_f32", "differs", 2.0, 3.0),
-            _row("torq", "onnx_f32", "timed out", 4.0, 4.0, reproducible=False)]
+            _row("torq", "onnx_f32", "cut", 4.0, 4.0, reproducible=False)]
     s = flagcheck.summary(rows)
-    assert s["llvm-cpu"] == {"cases": 2, "identical": 1, "differs": 1, "timed out": 0, "a_seconds": 4.0,
+    assert s["llvm-cpu"] == {"cases": 2, "identical": 1, "differs": 1, "cut": 0, "a_seconds": 4.0,
                              "b_seconds": 4.0, "b / a": 1.0}
     assert s["llvm-cpu onnx_f32"]["b / a"] == 0.5
-    assert s["torq"]["timed out"] == 1 and s["torq"]["not reproducible"] == 1
+    assert s["torq"]["cut"] == 1 and s["torq"]["not reproducible"] == 1
     text = flagcheck.table(("--x",), rows)
-    assert "differs: c_tflite_f32@llvm-cpu" in text and "timed out: c_onnx_f32@torq" in text
+    assert "differs: c_tflite_f32@llvm-cpu" in text and "cut: c_onnx_f32@torq" in text
     assert "identical: c_onnx_f32" not in text and "A not reproducible: 1" in text

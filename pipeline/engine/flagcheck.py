@@ -8,13 +8,14 @@ same flags plus --flags (B). A runs first on every other case, B on the rest, tw
 time (one per core), so that the machine's noise falls on both alike. Each compile writes
 model.vmfb in a folder of its own beside the other's, from the same relative input path: the
 two command lines differ only in the flags. A case counts as identical when both modules have
-the same SHA-256, or both compiles failed with the same reason; a timeout proves nothing
-either way and is listed apart. With --twice, A is compiled a second time: a compiler whose
+the same SHA-256, or both compiles failed with the same reason; a compile cut at its time
+limit (or killed from outside) proves nothing either way and is listed apart. With --twice, A is compiled a second time: a compiler whose
 output differs between two identical compiles cannot have a flag proven byte-identical.
 
 Needs the MLIR: run `doit -n 2 mlir` with the same selection first. Prints, per target and
 flavor, the identical count and the compile seconds of A and B with their ratio; lists every
-case that differs; exits 1 when one does (or cannot be compared), 0 when all are identical.
+case that differs; exits 1 when one does (or was cut), 0 when all are identical, 2 on a bad
+selection or a build folder without the MLIR (nothing compiled).
 """
 from __future__ import annotations
 
@@ -49,12 +50,11 @@ def compile_once(cfg: Config, case: Case, flags: tuple[str, ...], folder: Path) 
         seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), vmfb, compiler=target.compiler, flags=flags,
                                timeout=cfg.limit(case, "compile").seconds, log=folder / "compile.log")
     except StageError as err:
-        timed_out = not err.deterministic
-        return {"outcome": ("timeout: " if timed_out else "error: ") + err.reason.replace(str(folder), "."),
-                "seconds": err.seconds or 0.0, "timed_out": timed_out}
+        cut = not err.deterministic  # cut at its limit or killed from outside: says nothing of the flags
+        return {"outcome": ("cut: " if cut else "error: ") + err.reason, "seconds": err.seconds or 0.0, "cut": cut}
     digest = hashlib.sha256(vmfb.read_bytes()).hexdigest()
     vmfb.unlink()
-    return {"outcome": digest, "seconds": seconds, "timed_out": False}
+    return {"outcome": digest, "seconds": seconds, "cut": False}
 
 
 def check_case(cfg: Config, case: Case, index: int, extra: tuple[str, ...], twice: bool, scratch: Path) -> dict:
@@ -68,15 +68,15 @@ def check_case(cfg: Config, case: Case, index: int, extra: tuple[str, ...], twic
     # a/ and b/ are siblings: both compiles read the MLIR by the same relative path
     done = {name: compile_once(cfg, case, runs[name], scratch / case.target / case.name / name) for name in order}
     a, b = done["a"], done["b"]
-    if a["timed_out"] or b["timed_out"]:
-        verdict = "timed out"
+    if a["cut"] or b["cut"]:
+        verdict = "cut"
     else:
         verdict = "identical" if a["outcome"] == b["outcome"] else "differs"
     row = {"case": case.name, "target": case.target, "flavor": case.variant, "verdict": verdict,
            "a": a["outcome"], "b": b["outcome"], "a_seconds": round(a["seconds"], 3), "b_seconds": round(b["seconds"], 3)}
     if twice:
         row["a2"] = done["a2"]["outcome"]
-        row["reproducible"] = not done["a2"]["timed_out"] and done["a2"]["outcome"] == a["outcome"]
+        row["reproducible"] = not done["a2"]["cut"] and done["a2"]["outcome"] == a["outcome"]
     return row
 
 
@@ -107,7 +107,7 @@ def summary(rows: list[dict]) -> dict:
     out: dict = {}
     for row in rows:
         for key in (row["target"], f"{row['target']} {row['flavor']}"):
-            s = out.setdefault(key, {"cases": 0, "identical": 0, "differs": 0, "timed out": 0,
+            s = out.setdefault(key, {"cases": 0, "identical": 0, "differs": 0, "cut": 0,
                                      "a_seconds": 0.0, "b_seconds": 0.0})
             s["cases"] += 1
             s[row["verdict"]] += 1
@@ -123,12 +123,12 @@ def summary(rows: list[dict]) -> dict:
 
 def table(extra: tuple[str, ...], rows: list[dict]) -> str:
     lines = [f"flags under test: {shlex.join(extra)}",
-             f"{'target / flavor':26} {'cases':>6} {'identical':>9} {'differs':>8} {'timed out':>9} "
+             f"{'target / flavor':26} {'cases':>6} {'identical':>9} {'differs':>8} {'cut':>6} "
              f"{'A s':>9} {'B s':>9} {'B / A':>7}"]
     for key, s in summary(rows).items():
         ratio = f"{s['b / a']:.3f}" if s["b / a"] is not None else "-"
         repro = f"  (A not reproducible: {s['not reproducible']})" if s.get("not reproducible") else ""
-        lines.append(f"{key:26} {s['cases']:6d} {s['identical']:9d} {s['differs']:8d} {s['timed out']:9d} "
+        lines.append(f"{key:26} {s['cases']:6d} {s['identical']:9d} {s['differs']:8d} {s['cut']:6d} "
                      f"{s['a_seconds']:9.1f} {s['b_seconds']:9.1f} {ratio:>7}{repro}")
     lines += [f"  {r['verdict']}: {r['case']}@{r['target']}  A {r['a'][:60]}  B {r['b'][:60]}"
               for r in rows if r["verdict"] != "identical"]
