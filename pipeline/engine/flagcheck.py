@@ -9,8 +9,9 @@ time (one per core), so that the machine's noise falls on both alike. Each compi
 model.vmfb in a folder of its own beside the other's, from the same relative input path: the
 two command lines differ only in the flags. A case counts as identical when both modules have
 the same SHA-256, or both compiles failed with the same reason; a compile cut at its time
-limit (or killed from outside) proves nothing either way and is listed apart. With --twice, A is compiled a second time: a compiler whose
-output differs between two identical compiles cannot have a flag proven byte-identical.
+limit (or killed from outside) proves nothing either way and is listed apart. With --twice, A
+is compiled a second time: a compiler whose output differs between two identical compiles
+cannot have a flag proven byte-identical.
 
 Needs the MLIR: run `doit -n 2 mlir` with the same selection first. Prints, per target and
 flavor, the identical count and the compile seconds of A and B with their ratio; lists every
@@ -31,10 +32,8 @@ from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.core.errors import ConfigError, StageError
+from pipeline.engine.benchmark import CORES, ROOT
 from pipeline.space.cases import Case
-
-ROOT = Path(__file__).resolve().parents[2]  # the project folder
-CORES = 2
 
 
 def compile_once(cfg: Config, case: Case, flags: tuple[str, ...], folder: Path) -> dict:
@@ -88,17 +87,16 @@ def check(cfg: Config, cases: list[Case], extra: tuple[str, ...], twice: bool, p
                           "run `doit -n 2 mlir` with the same selection first")
     lock, rows = threading.Lock(), []
     with tempfile.TemporaryDirectory(prefix="conv-sweep-flagcheck-") as scratch:
-        def one(item):
-            index, case = item
+        def one(index: int, case: Case) -> None:
             row = check_case(cfg, case, index, extra, twice, Path(scratch))
             with lock:
                 rows.append(row)
                 if progress:
                     progress(len(rows), len(cases), row)
-            return row
 
         with ThreadPoolExecutor(CORES) as pool:
-            list(pool.map(one, enumerate(cases)))
+            for done in [pool.submit(one, index, case) for index, case in enumerate(cases)]:
+                done.result()  # a compile helper that raised stops the check, not hides it
     return sorted(rows, key=lambda r: (r["target"], r["case"]))
 
 
