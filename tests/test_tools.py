@@ -2,8 +2,8 @@ import time
 
 import pytest
 
-from pipeline.core.errors import StageError
-from pipeline.core.tools import atomic_output, run_tool, write_bytes
+from pipeline.core.errors import ConfigError, StageError
+from pipeline.core.tools import atomic_output, fixed_addresses_launch, logged_runs, run_tool, write_bytes
 
 
 def test_run_tool_logs_command_and_output(tmp_path):
@@ -74,3 +74,36 @@ def test_a_run_tool_s_reason_is_its_iree_status_line_not_its_call_stack(tmp_path
     assert err.value.reason == ("sh exit status 1: /workspace/code/runtime/driver/TorqExecutable.cc:1644: INTERNAL; "
                                 "torq failed to wait; while invoking native function hal.device.queue.execute.indirect; "
                                 "while calling import;")
+
+
+def test_a_launched_tool_runs_with_fixed_addresses_and_keeps_its_name(tmp_path):
+    """setarch -R turns address-space randomization off for the tool it starts (its
+    personality shows it), is in the logged command, and the reasons and the logged runs
+    name the tool, not setarch."""
+    launch = fixed_addresses_launch()
+    log = tmp_path / "t.log"
+    # bit 0x0040000 of /proc/self/personality: ADDR_NO_RANDOMIZE
+    probe = ["sh", "-c", 'p=$(cat /proc/self/personality); [ $((0x$p & 0x40000)) -ne 0 ] || exit 7']
+    run_tool(probe, stage="compile", timeout=10, log=log, launch=launch)
+    with pytest.raises(StageError) as err:
+        run_tool(probe, stage="compile", timeout=10, log=log)
+    assert err.value.reason == "sh exit status 7"  # without it, randomization stays on
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", "echo 'error: bad' >&2; exit 3"], stage="compile", timeout=10, log=log, launch=launch)
+    assert err.value.reason == "sh exit status 3: error: bad"
+    assert err.value.command.startswith(" ".join(launch) + " sh -c")
+    with pytest.raises(StageError, match=r"^compile: sh timed out after 1 s"):
+        run_tool(["sh", "-c", "sleep 30"], stage="compile", timeout=1, log=log, launch=launch)
+    assert log.read_text().count(f"$ {' '.join(launch)} sh -c") == 3
+    runs = logged_runs(log)
+    assert [tool for tool, _ in runs] == ["sh"] * 4 and runs[-1][1] is None and runs[0][1] is not None
+
+
+def test_fixed_addresses_without_setarch_is_a_config_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no setarch on it
+    fixed_addresses_launch.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"^target x: fixed_addresses=True: needs setarch"):
+            fixed_addresses_launch("target x: fixed_addresses")
+    finally:
+        fixed_addresses_launch.cache_clear()

@@ -13,9 +13,30 @@ import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
-from pipeline.core.errors import StageError
+from pipeline.core.errors import ConfigError, StageError
+
+FIXED_ADDRESSES = "setarch"  # starts a tool with address-space randomization off: setarch <machine> -R
+
+
+@lru_cache(maxsize=None)
+def fixed_addresses_launch(field: str = "fixed_addresses") -> tuple[str, ...]:
+    """The command prefix that starts a tool with address-space randomization off, checked
+    once to work here: a ConfigError (before any work) where setarch is missing or refused
+    (in a container whose seccomp profile forbids the personality call, for one)."""
+    import platform
+    import shutil
+
+    launch = (FIXED_ADDRESSES, platform.machine(), "-R")
+    if shutil.which(FIXED_ADDRESSES) is None:
+        raise ConfigError(field, True, f"needs {FIXED_ADDRESSES} (util-linux), which is not on PATH")
+    proc = subprocess.run([*launch, "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise ConfigError(field, True, f"`{shlex.join(launch)}` fails here: "
+                          f"{(proc.stderr or proc.stdout).strip() or f'exit status {proc.returncode}'}")
+    return launch
 
 
 @contextmanager
@@ -71,22 +92,24 @@ def _diagnostic(text: str) -> str:
 
 
 def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None,
-             cwd: Path | None = None, timeout_note: str | None = None) -> float:
+             cwd: Path | None = None, timeout_note: str | None = None, launch: tuple[str, ...] = ()) -> float:
     """Run argv (in `cwd`, if given); append its command line and output to `log`; return its
-    wall time in seconds.
+    wall time in seconds. `launch` (fixed_addresses_launch) goes before argv: it is in the
+    logged command, and the reasons name argv's tool.
 
     Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout; a
     timeout's reason ends with `timeout_note` (why the limit was what it was), if given.
     """
     return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd,
-                           timeout_note=timeout_note)[0]
+                           timeout_note=timeout_note, launch=launch)[0]
 
 
 def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
                     env: dict | None = None, cwd: Path | None = None,
-                    timeout_note: str | None = None) -> tuple[float, str]:
+                    timeout_note: str | None = None, launch: tuple[str, ...] = ()) -> tuple[float, str]:
     """run_tool, also returning what the tool printed on stdout."""
-    argv = [str(a) for a in argv]
+    tool = Path(str(argv[0])).name
+    argv = [str(a) for a in (*launch, *argv)]
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -97,7 +120,7 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
                                 env=env, cwd=cwd, start_new_session=True)
     except OSError as err:
         _append_log(log, argv, f"could not start: {err}", b"", b"")
-        raise StageError(stage, f"{Path(argv[0]).name} could not start: {err.strerror}", argv, str(log)) from None
+        raise StageError(stage, f"{tool} could not start: {err.strerror}", argv, str(log)) from None
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -105,14 +128,14 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
         stdout, stderr = proc.communicate()
         said = f"timed out after {timeout:g} s" + (f": {timeout_note}" if timeout_note else "")
         _append_log(log, argv, said, stdout, stderr)
-        raise StageError(stage, f"{Path(argv[0]).name} {said}", argv, str(log)) from None
+        raise StageError(stage, f"{tool} {said}", argv, str(log)) from None
     finally:
         _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start
     _append_log(log, argv, describe_exit(proc.returncode) + f" after {elapsed:.2f} s", stdout, stderr)
     if proc.returncode != 0:
         detail = _diagnostic(stderr.decode(errors="replace")) or _diagnostic(stdout.decode(errors="replace"))
-        reason = f"{Path(argv[0]).name} {describe_exit(proc.returncode)}"
+        reason = f"{tool} {describe_exit(proc.returncode)}"
         raise StageError(stage, f"{reason}: {detail}" if detail else reason, argv, str(log), seconds=elapsed,
                          deterministic=proc.returncode > 0 or -proc.returncode in _CRASHES)
     return elapsed, stdout.decode(errors="replace")
@@ -148,7 +171,9 @@ def logged_runs(log: Path) -> list[tuple[str, float | None]]:
     runs = []
     for command, status in zip(lines, lines[1:]):
         if command.startswith("$ ") and status.startswith("# "):
-            words = command[2:].split(maxsplit=1)
+            words = command[2:].split(maxsplit=3)
+            if words[:1] == [FIXED_ADDRESSES] and len(words) == 4 and words[2] == "-R":
+                words = words[3].split(maxsplit=1)  # the tool it launched
             match = _STATUS.match(status)
             runs.append((Path(words[0]).name if words else "", float(match.group(2)) if match else None))
     return runs
