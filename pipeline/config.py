@@ -42,6 +42,7 @@ from pipeline.space.cases import Case, Refused, make_cases, parse_variants, refu
 from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.executables import resolve
+from pipeline.core.tools import fixed_addresses_launch
 from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
 from pipeline.space.geometry import macs as geometry_macs
 from pipeline.targets import cost
@@ -101,6 +102,7 @@ class Target:
     expected_path: Path = expected.DEFAULT_DIR / "llvm-cpu.json"  # where they came from
     toolchain: dict | None = None  # the manifest of the profile's installed toolchain, if it uses one
     benchmark_tool: str | None = None  # absolute path of the profile's benchmark tool, if it has one
+    compile_launch: tuple[str, ...] = ()  # before the compiler: setarch -R for a profile with fixed_addresses
 
     @property
     def name(self) -> str:
@@ -186,7 +188,8 @@ class Config:
                 resolve_tool(profile, profile.runner, base, manifest),
                 resolve_tool(profile, profile.dump_tool, base, manifest),
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest,
-                resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None))
+                resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None,
+                fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else ()))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
         from pipeline.space import shard

@@ -254,6 +254,9 @@ def test_torq_repro_runs_outside_the_tool(other_targets):
         repro = build / "cases" / name / "torq" / "repro.sh"
         text = repro.read_text()
         assert "ld-linux-x86-64.so.2" in text or "LD_LIBRARY_PATH" in text  # spelled out, no launcher
+        # started as the sweep started it: address-space randomization off
+        assert re.search(r'^setarch \S+ -R "\$\{TORQ_COMPILE\[@\]\}" ', text, re.M), text
+        assert (build / "cases" / name / "torq" / "compile.log").read_text().startswith("$ setarch ")
         done = subprocess.run(["bash", str(repro)], capture_output=True, text=True, timeout=300,
                               env={"PATH": "/usr/bin:/bin"})
         assert done.returncode == 0, done.stdout + done.stderr

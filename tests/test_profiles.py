@@ -25,6 +25,8 @@ def test_builtin_profiles():
     assert torq.flags_for("tflite_f32")[-2:] == ("--torq-convert-dtypes", "--torq-convert-io-dtype")
     assert "--torq-convert-dtypes" not in torq.flags_for("tflite_w8i8")
     assert torq.function("onnx") == "main_graph" and torq.function("tflite") == "main"
+    # torq-compile writes the same module twice only with address-space randomization off
+    assert torq.fixed_addresses and not llvm.fixed_addresses and not vmvx.fixed_addresses
     assert all(p.compile_only == () for p in profiles.values())  # every built-in flavor is numeric
     # CPU modules are timed by iree-benchmark-module; torq's time is its compiler's estimate
     assert llvm.benchmark_tool == vmvx.benchmark_tool == "iree-benchmark-module" and torq.benchmark_tool is None
@@ -53,6 +55,7 @@ def test_user_file_overrides_and_adds_profiles(tmp_path):
     ({"doc": "no compiler"}, "compiler"),
     ({"base": "llvm-cpu", "profiling": ["--dump"]}, "profiling"),
     ({"base": "llvm-cpu", "benchmark_tool": ["iree-benchmark-module"]}, "benchmark_tool"),
+    ({"base": "llvm-cpu", "fixed_addresses": "yes"}, "fixed_addresses"),
 ])
 def test_bad_profile_names_file_and_field(tmp_path, profile, field):
     user = tmp_path / "targets.json"

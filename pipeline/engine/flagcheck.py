@@ -47,7 +47,8 @@ def compile_once(cfg: Config, case: Case, flags: tuple[str, ...], folder: Path) 
     vmfb = folder / VMFB
     try:
         seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), vmfb, compiler=target.compiler, flags=flags,
-                               timeout=cfg.limit(case, "compile").seconds, log=folder / "compile.log")
+                               timeout=cfg.limit(case, "compile").seconds, log=folder / "compile.log",
+                               launch=target.compile_launch)
     except StageError as err:
         cut = not err.deterministic  # cut at its limit or killed from outside: says nothing of the flags
         return {"outcome": ("cut: " if cut else "error: ") + err.reason, "seconds": err.seconds or 0.0, "cut": cut}

@@ -112,7 +112,8 @@ def _target_keys(cfg: Config) -> dict:
         # what a finished one produced (a case cut by one fails, and runs again unless it is listed)
         profile = {k: v for k, v in p.to_dict().items() if k != "timeouts"}
         keys[p.name] = (
-            {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling)},
+            {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling),
+             **({"launch": list(target.compile_launch)} if target.compile_launch else {})},
             {**identity, "runner": tools["runner"], "dump_tool": tools["dump_tool"], "profile": profile,
              **({"benchmark": tools["benchmark_tool"]} if "benchmark_tool" in tools else {})})  # re-runs verify only
     return keys

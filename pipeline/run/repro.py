@@ -75,6 +75,19 @@ def _command(target, path: str) -> list[str]:
     return [path]
 
 
+def _compile_line(target, case: Case, compiler: str, mlir_name: str) -> str:
+    """The sweep's compile, its launch prefix (setarch -R) first where the profile has one."""
+    launch = shlex.join(target.compile_launch) + " " if target.compile_launch else ""
+    return f'{launch}"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
+
+
+def _launch_note(target) -> list[str]:
+    if not target.compile_launch:
+        return []
+    return [f"# {Path(target.compiler).name} starts with address-space randomization off, as in the sweep: "
+            "it then writes the same module every time (for these file names: their lengths move its allocations)"]
+
+
 def _tool_lines(tools: dict[str, list[str]]) -> list[str]:
     return [f'if [ -n "${{{name}:-}}" ]; then {name}=("${name}"); else {name}=({shlex.join(argv)}); fi'
             for name, argv in tools.items()]
@@ -107,7 +120,8 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
         'cd "$(dirname "$0")"',
         *_tool_lines(tools),
         "set -x",
-        timed("compile", f'"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))),
+        *_launch_note(target),
+        timed("compile", _compile_line(target, case, compiler, mlir_name)),
     ]
     if input_file is not None:
         run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb",
@@ -145,7 +159,7 @@ def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Pat
     compiler, runner = _variable(target.compiler), _variable(target.runner)
     tools[compiler] = _command(target, target.compiler)
     tools[runner] = _command(target, target.runner)
-    compile_line = f'"${{{compiler}[@]}}" {compiled} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
+    compile_line = "\n".join([*_launch_note(target), _compile_line(target, case, compiler, compiled)])
     check = _check(case_dir)
     input_arg = (check or {}).get("input") or "--input=@../input.npy"
     run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),

@@ -254,7 +254,7 @@ def vmfb(case: Case, cfg: Config) -> str | None:
             seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB,
                                    compiler=target.compiler, flags=target.compile_flags(case.variant),
                                    timeout=limit.seconds, log=log, profiling=target.profile.profiling,
-                                   timeout_note=limit.cut_note())
+                                   timeout_note=limit.cut_note(), launch=target.compile_launch)
         cfg.observe(case, "compile", seconds)
 
     def stored():
@@ -265,7 +265,8 @@ def vmfb(case: Case, cfg: Config) -> str | None:
         key = key_of({"stage": "vmfb", **stage_fingerprint("vmfb"),
                       "input": sha256(cfg.model_dir(case) / cfg.mlir_input(case)),
                       "compiler": tool_digest(target.compiler), "toolchain": toolchain_identity(target.toolchain),
-                      "flags": list(target.compile_flags(case.variant)), "profiling": list(profile.profiling)})
+                      "flags": list(target.compile_flags(case.variant)), "profiling": list(profile.profiling),
+                      **({"launch": list(target.compile_launch)} if target.compile_launch else {})})
         return key, [VMFB, PROFILE] if profile.profiling else [VMFB]
 
     return _run("vmfb", "compile", [case], cfg, work, stored=stored)

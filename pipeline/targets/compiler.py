@@ -6,6 +6,15 @@ only adds contention (about 25% more CPU per compile here); MLIR output does not
 They also compile with --verify=false (no IR verifier after every pass): 9% less compile time,
 every module of the default sweep byte-identical on both (pipeline/engine/flagcheck.py proves it;
 docs/scale-out.md has the figures).
+
+A profile with `fixed_addresses` starts its compiler with address-space randomization off
+(`setarch <machine> -R`, util-linux). torq-compile 2.3.0 writes a different module from one
+compile of the same input to the next (10 compiles of one case: 6 different modules): its
+output follows where its allocations land. With randomization off the same command writes
+the same bytes every time, in any folder and environment (tests/test_compiler.py checks it),
+so a failure fails with the same message again and a compile flag can be proven to leave
+the module alone. The module still depends on the command line's file names (their lengths
+move the allocations): the sweep compiles every case with the same relative names.
 """
 from __future__ import annotations
 
@@ -41,12 +50,14 @@ def check_vmfb(path: Path, compiler: str = "the compiler") -> None:
 
 
 def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...], timeout: float,
-                 log: Path, profiling: tuple[str, ...] = (), timeout_note: str | None = None) -> float:
+                 log: Path, profiling: tuple[str, ...] = (), timeout_note: str | None = None,
+                 launch: tuple[str, ...] = ()) -> float:
     """Write `vmfb` from `mlir`; return the compiler's wall time in seconds.
 
     With `profiling` flags (naming the timeline file as {csv}), the same compile also writes
     the compiler's estimated timeline to PROFILE beside the module (torq-compile's profiling
-    flags leave the module unchanged; tests/test_compiler.py checks it)."""
+    flags leave the module unchanged; tests/test_compiler.py checks it). `launch` goes before
+    the compiler (pipeline/core/tools.py: fixed_addresses_launch)."""
     import os
 
     name = Path(compiler).name
@@ -58,7 +69,8 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
         extra = tuple(flag.replace("{csv}", Path(csv).name) for flag in profiling)
         command = compile_command(compiler, Path(os.path.relpath(mlir, vmfb.parent)), Path(Path(tmp).name),
                                   flags + extra)
-        elapsed = run_tool(command, stage=STAGE, timeout=timeout, log=log, cwd=vmfb.parent, timeout_note=timeout_note)
+        elapsed = run_tool(command, stage=STAGE, timeout=timeout, log=log, cwd=vmfb.parent, timeout_note=timeout_note,
+                           launch=launch)
         try:
             check_vmfb(tmp, name)
         except StageError as err:

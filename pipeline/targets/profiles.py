@@ -54,6 +54,7 @@ class Profile:
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
     timeouts: tuple = ()  # (stage, cost.Rule) pairs: hard limit, margin and floor of compile and run
     calibration: str | None = None  # the cost calibration file; None: pipeline/targets/costs/<name>.json
+    fixed_addresses: bool = False  # start the compiler with address-space randomization off (compiler.py)
 
     def rule(self, stage: str):
         """The limit rule of a timed stage (pipeline/targets/cost.py), or None."""
@@ -86,7 +87,7 @@ class Profile:
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
 _REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
-                       "doc", "timeouts", "calibration"}
+                       "doc", "timeouts", "calibration", "fixed_addresses"}
 
 
 def _merge(raw: dict[str, dict], where: str, base: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -159,7 +160,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         raise ConfigError(f"{here}.flavors", data["flavors"], "names no flavor")
     if data.get("toolchain") not in (None, *TOOLCHAINS):
         raise ConfigError(f"{here}.toolchain", data["toolchain"], f"must be one of {', '.join(TOOLCHAINS)} or null")
-    for field in ("expected_output", "converts_weights"):
+    for field in ("expected_output", "converts_weights", "fixed_addresses"):
         if not isinstance(data.get(field, True), bool):
             raise ConfigError(f"{here}.{field}", data[field], "must be true or false")
     calibration = data.get("calibration")
@@ -178,7 +179,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
-        calibration=calibration)
+        calibration=calibration, fixed_addresses=data.get("fixed_addresses", False))
 
 
 def _read(path: Path, field: str) -> dict:
