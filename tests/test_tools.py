@@ -99,6 +99,15 @@ def test_a_launched_tool_runs_with_fixed_addresses_and_keeps_its_name(tmp_path):
     assert [tool for tool, _ in runs] == ["sh"] * 4 and runs[-1][1] is None and runs[0][1] is not None
 
 
+def test_a_missing_launcher_is_named_in_the_reason(tmp_path):
+    """On a machine without the launcher (a cluster worker set up apart), the reason names it,
+    not the tool it was to start."""
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", "true"], stage="compile", timeout=10, log=tmp_path / "t.log",
+                 launch=("no-such-launcher-here", "-R"))
+    assert err.value.reason == "sh could not start: no-such-launcher-here: No such file or directory"
+
+
 def test_fixed_addresses_without_setarch_is_a_config_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no setarch on it
     fixed_addresses_launch.cache_clear()

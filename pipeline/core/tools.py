@@ -120,7 +120,8 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
                                 env=env, cwd=cwd, start_new_session=True)
     except OSError as err:
         _append_log(log, argv, f"could not start: {err}", b"", b"")
-        raise StageError(stage, f"{tool} could not start: {err.strerror}", argv, str(log)) from None
+        via = f"{launch[0]}: " if launch else ""  # the launcher is what failed to start
+        raise StageError(stage, f"{tool} could not start: {via}{err.strerror}", argv, str(log)) from None
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
