@@ -87,6 +87,21 @@ def test_the_order_ends_within_four_thirds_of_the_best_possible():
         assert _makespan(order, costs, 2) <= 4 / 3 * best + 1e-9, seed
 
 
+def test_long_chains_that_run_longer_than_planned_still_start_early():
+    """The two costliest chains planned at 6 and 5 run 4 times longer (a busy machine, a
+    slower compiler): each still starts as soon as a worker is free of the streaming lane's
+    chains, not behind the chains planned after the other, and the sweep ends as early as it
+    can. Merged by planned start, the second would start behind four of those: 34, not 32."""
+    planned = {"g1": 6.0, "g2": 5.0, **{f"s{i:02d}": 1.0 for i in range(20)}}
+    actual = {**planned, "g1": 24.0, "g2": 20.0}
+    order = history.start_order(list(planned), planned, 2)
+    best = max(max(actual.values()), sum(actual.values()) / 2)
+    assert best == 32
+    assert _makespan(order, actual, 2) == best
+    assert _makespan(order, planned, 2) <= 4 / 3 * max(6, sum(planned.values()) / 2)
+    assert order[:2] == ["s00", "g1"] and order.index("g2") == 11  # after the streaming lane's ten
+
+
 def test_the_last_run_s_durations_come_first(tmp_path):
     run = _run(tmp_path)
     small = next(c for c in run.cases if c.geometry.c_in == 1 and c.variant == "onnx_f32")

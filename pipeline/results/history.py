@@ -80,9 +80,12 @@ def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tup
     first, each on the least loaded lane so far (longest processing time first, within 4/3 of
     the shortest possible end). The lane whose longest chain is the shortest streams results:
     it takes the cheapest chain of all too, and runs its chains cheapest first; the others run
-    theirs longest first. The lanes are merged by the time each
-    chain would start on its lane, and doit's workers, taking the next chain as they free up,
-    follow the plan.
+    theirs longest first. The streaming lane's cheapest chain comes first, then every other
+    lane's costliest chain, then the streaming lane's chains, then the other lanes' remaining
+    chains by the time each would start on its lane; doit's workers take the next chain as
+    they free up. When the costs are right this follows the plan; when the long chains run
+    longer than planned (a busy machine, a slower compiler), no long chain waits behind the
+    chains planned after another: each starts as soon as a worker is free of the streams.
 
     `first`: chains that start at once, in that order, the first of them before all others
     and the rest right after the other lanes' first (costliest) chains: the cheapest one
@@ -108,10 +111,16 @@ def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tup
         if cheapest in chains and chains is not streaming:
             chains.remove(cheapest)
             streaming.append(cheapest)
+    streams = sorted(streaming, key=lambda k: (costs[k], k))
+    others = [chains for chains in lanes_ if chains is not streaming]
     starts = {}
-    for chains in lanes_:
+    for chains in others:
         clock = 0.0
-        for key in sorted(chains, key=lambda k: (costs[k], k)) if chains is streaming else chains:
-            starts[key] = (clock, chains is not streaming)
+        for key in chains:
+            starts[key] = clock
             clock += costs[key]
-    return sorted(keys, key=lambda k: (*starts[k], k))
+    # every lane's costliest chain starts at once, whatever the plan says comes after it: a
+    # chain that runs longer than planned must not let a free worker eat into the chains
+    # planned after another lane's long one
+    rest = sorted((k for chains in others for k in chains[1:]), key=lambda k: (starts[k], k))
+    return streams[:1] + [chains[0] for chains in others] + streams[1:] + rest
