@@ -2,7 +2,8 @@
 and the same .vmfb bytes as doit's own workers, with the build folder shared and with the
 artifacts shipped as bytes; reruns run nothing; misbehaving compilers (one of them killing its
 Dask worker) fail their own cases only; a scheduler and workers started as the README says
-run the sweep, and a worker with other project code is refused."""
+run the sweep, and a worker with other project code, or one that cannot start the compiler
+the way its target asks, is refused."""
 import json
 import os
 import shutil
@@ -145,6 +146,28 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
         assert refused.returncode != 0
         assert "differs from this driver in its project code" in refused.stderr, refused.stderr[-2000:]
         assert not (tmp_path / "build2" / "cases").exists()
+
+        # a worker where the compiler's launcher is refused (setarch in a container whose
+        # seccomp profile forbids it), for a target that starts its compiler at fixed addresses
+        old = procs.pop()
+        old.terminate()
+        old.wait(timeout=30)
+        _wait_for_workers(address, 0)
+        refusing = tmp_path / "refusing-bin"
+        refusing.mkdir()
+        (refusing / "setarch").write_text("#!/bin/sh\necho 'setarch: failed to set personality: Operation not permitted' >&2\nexit 1\n")
+        (refusing / "setarch").chmod(0o755)
+        procs.append(_start(worker, {**base, "PATH": f"{refusing}:{base['PATH']}"}, log))
+        _wait_for_workers(address, 1)
+        targets = tmp_path / "targets.json"
+        targets.write_text(json.dumps({"targets": {"llvm-cpu": {"fixed_addresses": True}}}))
+        env.update(CONV_SWEEP_BUILD_DIR=str(tmp_path / "build3"), CONV_SWEEP_TARGETS_FILE=str(targets))
+        refused = doit("-n", "1", "sweep", env=env)
+        assert refused.returncode != 0
+        assert "differs from this driver in its tools (llvm-cpu compiler launch `setarch " in refused.stderr, \
+            refused.stderr[-2000:]
+        assert "driver 'works', worker '`setarch" in refused.stderr and "Operation not permitted" in refused.stderr
+        assert not (tmp_path / "build3" / "cases").exists()
     finally:
         for proc in procs:
             proc.terminate()

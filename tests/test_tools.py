@@ -3,7 +3,7 @@ import time
 import pytest
 
 from pipeline.core.errors import ConfigError, StageError
-from pipeline.core.tools import atomic_output, fixed_addresses_launch, logged_runs, run_tool, write_bytes
+from pipeline.core.tools import atomic_output, fixed_addresses_launch, launch_problem, logged_runs, run_tool, write_bytes
 
 
 def test_run_tool_logs_command_and_output(tmp_path):
@@ -116,3 +116,11 @@ def test_fixed_addresses_without_setarch_is_a_config_error(monkeypatch, tmp_path
             fixed_addresses_launch("target x: fixed_addresses")
     finally:
         fixed_addresses_launch.cache_clear()
+
+
+def test_launch_problem_says_why_a_launcher_cannot_start_a_tool():
+    assert launch_problem(fixed_addresses_launch()) is None
+    assert launch_problem(("no-such-launcher-here", "-R")) == "needs no-such-launcher-here, which is not on PATH"
+    refusing = ("sh", "-c", "echo 'not permitted' >&2; exit 1")  # as setarch where seccomp forbids it
+    assert launch_problem(refusing).endswith("` fails here: not permitted")
+    assert launch_problem(("sh", "-c", "exit 4")) == "`sh -c 'exit 4'` fails here: exit status 4"

@@ -27,16 +27,26 @@ def fixed_addresses_launch(field: str = "fixed_addresses") -> tuple[str, ...]:
     once to work here: a ConfigError (before any work) where setarch is missing or refused
     (in a container whose seccomp profile forbids the personality call, for one)."""
     import platform
-    import shutil
 
     launch = (FIXED_ADDRESSES, platform.machine(), "-R")
-    if shutil.which(FIXED_ADDRESSES) is None:
-        raise ConfigError(field, True, f"needs {FIXED_ADDRESSES} (util-linux), which is not on PATH")
+    problem = launch_problem(launch)
+    if problem:
+        raise ConfigError(field, True, problem)
+    return launch
+
+
+def launch_problem(launch: tuple[str, ...]) -> str | None:
+    """Why a tool cannot be started behind the command prefix `launch` here, or None when it
+    can (the prefix starts `true`)."""
+    import shutil
+
+    if shutil.which(launch[0]) is None:
+        return f"needs {launch[0]}{' (util-linux)' if launch[0] == FIXED_ADDRESSES else ''}, which is not on PATH"
     proc = subprocess.run([*launch, "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        raise ConfigError(field, True, f"`{shlex.join(launch)}` fails here: "
-                          f"{(proc.stderr or proc.stdout).strip() or f'exit status {proc.returncode}'}")
-    return launch
+        return (f"`{shlex.join(launch)}` fails here: "
+                f"{(proc.stderr or proc.stdout).strip() or f'exit status {proc.returncode}'}")
+    return None
 
 
 @contextmanager

@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import shlex
 import sys
 import threading
 import uuid
@@ -55,10 +56,11 @@ def dask_setup(worker=None) -> None:
 
 def identity(cfg) -> dict:
     """What a worker must share with the driver: the project's code and data files, Python,
-    the stage libraries' versions, and each selected target's tools (size and --version) and
-    toolchain."""
+    the stage libraries' versions, and each selected target's tools (size and --version),
+    toolchain, and whether its compiler's launcher (setarch -R on torq) starts here."""
     from pipeline.core.fingerprint import STAGE_INPUTS, ask_version, dist_version
     from pipeline.core.integrity import sha256
+    from pipeline.core.tools import launch_problem
     from pipeline.targets.profiles import toolchain_identity
 
     package = Path(__file__).resolve().parents[1]  # pipeline/
@@ -72,6 +74,9 @@ def identity(cfg) -> dict:
             tools[f"{target.name} {role} {path}"] = \
                 [os.path.getsize(path), ask_version(path) or sha256(path)] if exists else "missing"
         tools[f"{target.name} toolchain"] = toolchain_identity(target.toolchain)
+        if target.compile_launch:  # a worker that cannot start the compiler this way is refused
+            tools[f"{target.name} compiler launch `{shlex.join(target.compile_launch)}`"] = \
+                launch_problem(target.compile_launch) or "works"
     return {"project code": digest.hexdigest(), "python": sys.version.split()[0],
             "libraries": {d: dist_version(d) for _, dists in STAGE_INPUTS.values() for d in dists},
             "tools": tools}
