@@ -8,6 +8,8 @@ Knobs (all optional):
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 3600): the hard upper limit
   CONV_SWEEP_CACHE_DIR      the store of stage outputs shared by build folders (default
                             ~/.cache/conv-sweep/store; off: none)
+  CONV_SWEEP_BUDGET         stage=seconds,...: the compile and run budgets of every selected target,
+                            replacing the profiles' (e.g. compile=3600 lets a slow compile finish)
   CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
                             predicted cost, pipeline/targets/cost.py) or fixed (the hard limits only)
   CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -134,6 +136,7 @@ class Config:
     benchmark: bool = False  # time each passing module with its target's benchmark tool
     predicted_timeouts: bool = True  # compile and run limits follow the case's predicted cost
     cache_dir: Path | None = None  # the content-addressed store shared by build folders; None: off
+    budgets: tuple[tuple[str, float], ...] = ()  # CONV_SWEEP_BUDGET: (stage, seconds) replacing the profiles' budgets
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -204,7 +207,8 @@ class Config:
         cache_dir = _cache_dir(env, base)
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
-                   part, benchmark == "1", timeouts == "predicted", cache_dir)
+                   part, benchmark == "1", timeouts == "predicted", cache_dir,
+                   budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")))
 
     @cached_property
     def sampled(self):
@@ -243,11 +247,13 @@ class Config:
         folder's runs measured."""
         profile = self.target(case.target).profile
         rule = profile.rule(stage)
+        if rule is not None and stage in dict(self.budgets):
+            rule = replace(rule, limit=dict(self.budgets)[stage])
         if rule is None or not rule.margin or not self.predicted_timeouts:
-            return cost.limit(rule, cost.Envelope(), 0, self.timeout)
+            return cost.limit(rule, cost.Envelope(), geometry_macs(case.geometry), self.timeout, stage)
         envelope = cost.calibrated(profile.calibration_file, stage).widened(
             cost.observed(self.report_dir(case.target), stage))
-        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout)
+        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage)
 
     def observe(self, case: Case, stage: str, seconds: float) -> None:
         """Record a completed invocation (its limit rises with it for larger cases)."""
@@ -345,6 +351,26 @@ def order(env) -> str:
 def jobs(env) -> int:
     """CONV_SWEEP_JOBS: doit workers of the pytest front end (default 2)."""
     return _parse_int(env, "CONV_SWEEP_JOBS", 2, minimum=1)
+
+
+def parse_budgets(text: str) -> tuple[tuple[str, float], ...]:
+    """CONV_SWEEP_BUDGET: `compile=S,run=S` (either or both), seconds > 0."""
+    budgets = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        stage, sep, seconds = item.partition("=")
+        if not sep or stage.strip() not in cost.TIMED:
+            raise ConfigError("CONV_SWEEP_BUDGET", text,
+                              f"{item!r} must be stage=seconds with a stage of {', '.join(cost.TIMED)}")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise ConfigError("CONV_SWEEP_BUDGET", text, f"{item!r}: seconds must be a positive number")
+        budgets[stage.strip()] = value
+    return tuple(sorted(budgets.items()))
 
 
 def _parse_float(env, name: str, default: float) -> float:

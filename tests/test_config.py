@@ -95,3 +95,26 @@ def test_build_folder_with_an_at_sign_is_a_clear_error(tmp_path):
         Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "runs@host")})
     assert err.value.field == "CONV_SWEEP_BUILD_DIR" and "must not contain '@'" in str(err.value)
     assert not (tmp_path / "runs@host").exists()
+
+
+def test_a_budget_replaces_the_profiles_and_a_bad_one_is_named(tmp_path):
+    from pipeline.config import Config, parse_budgets
+    from pipeline.core.errors import ConfigError
+
+    assert parse_budgets("") == ()
+    assert parse_budgets("run=600, compile=3600") == (("compile", 3600.0), ("run", 600.0))
+    for bad in ("compile", "link=5", "compile=0", "run=-1", "run=soon", "run=inf"):
+        with pytest.raises(ConfigError) as err:
+            parse_budgets(bad)
+        assert err.value.field == "CONV_SWEEP_BUDGET"
+    env = {"CONV_SWEEP_N": "1", "CONV_SWEEP_TARGET": "llvm-cpu", "CONV_SWEEP_CACHE_DIR": "off",
+           "CONV_SWEEP_TIMEOUTS": "fixed"}
+    cfg = Config.from_env(env, default_build_dir=tmp_path / "b", base_dir=tmp_path)
+    case = cfg.cases()[0]
+    assert cfg.limit(case, "compile").seconds == 600  # the profile's budget
+    raised = Config.from_env({**env, "CONV_SWEEP_BUDGET": "compile=1800"}, default_build_dir=tmp_path / "b",
+                             base_dir=tmp_path)
+    assert raised.limit(case, "compile").seconds == 1800 and raised.limit(case, "run").seconds == 600
+    capped = Config.from_env({**env, "CONV_SWEEP_BUDGET": "compile=1800", "CONV_SWEEP_TIMEOUT": "900"},
+                             default_build_dir=tmp_path / "b", base_dir=tmp_path)
+    assert capped.limit(case, "compile").seconds == 900  # CONV_SWEEP_TIMEOUT caps every limit

@@ -9,6 +9,7 @@ import pytest
 from pipeline.config import DEFAULT_TIMEOUT
 from pipeline.core.errors import ConfigError
 from pipeline.outcome.bucket import signature
+from pipeline.outcome.result import ERROR, TIMEOUT
 from pipeline.targets import cost
 from pipeline.targets.cost import SPAN, Envelope, Rule, limit, parse_rules
 
@@ -49,22 +50,26 @@ def test_the_limit_is_the_predicted_one_within_the_floor_and_the_hard_limits():
     capped = limit(rule, envelope, 10**9, timeout=300)
     assert capped.seconds == 300 and not capped.cut_early  # CONV_SWEEP_TIMEOUT stays the hard limit
     outside = limit(rule, envelope, 10**11, timeout=600)
-    assert outside.seconds == 600 and outside.predicted is None and outside.cut_note() is None
+    assert outside.seconds == 600 and outside.predicted is None and outside.cut_note() == "its compile budget is 600 s (no prediction for 100000000000 MACs)"
     assert limit(Rule(limit=100), envelope, 270, timeout=600).seconds == 100  # no margin: the hard limit
     assert limit(None, envelope, 270, timeout=600).seconds == 600
 
 
-def test_a_predicted_cut_says_why_and_is_a_bucket_of_its_own():
+def test_a_cut_says_which_limit_and_its_bucket_holds_no_number():
     envelope = Envelope.of([(100, 0.05), (10**9, 100.0)])
-    early = limit(Rule(limit=600, margin=5, floor=20), envelope, 270, timeout=600)
-    note = early.cut_note()
-    assert note == ("cut at its predicted limit (20 s = max(floor 20 s, 5 x 0.05 s predicted for 270 MACs); "
-                    "hard limit 600 s)")
-    cut = signature("run", f"torq-run-module timed out after 20 s: {note}")
-    hard = signature("run", "torq-run-module timed out after 600 s")
-    assert cut != hard and "predicted limit" in cut
-    other = limit(Rule(limit=600, margin=5, floor=20), envelope, 10**9, timeout=600)
-    assert signature("run", f"torq-run-module timed out after 500 s: {other.cut_note()}") == cut
+    early = limit(Rule(limit=600, margin=5, floor=20), envelope, 270, timeout=600, stage="run")
+    assert early.cut_note() == ("its predicted limit (max(floor 20 s, 5 x 0.05 s predicted for 270 MACs)), "
+                                "under its run budget of 600 s")
+    budget = limit(Rule(limit=300, margin=5, floor=60), envelope, 10**9, timeout=3600, stage="compile")
+    assert budget.seconds == 300 and not budget.cut_early and budget.unbudgeted == 500
+    assert budget.cut_note() == ("its compile budget is 300 s (100 s predicted for 1000000000 MACs; "
+                                 "without the budget: 500 s = max(floor 60 s, 5 x predicted))")
+    # whichever limit cut it, and however long it had: one bucket per stage
+    for cut in (early, budget):
+        reason = f"some-tool timed out after {cut.seconds:g} s: {cut.cut_note()}"
+        assert signature(cut.stage, reason, TIMEOUT) == f"{cut.stage}: timeout"
+    # the same words from a tool that ended by itself are not a timeout
+    assert signature("run", "torq-run-module exit status 1: timed out", ERROR) != "run: timeout"
 
 
 @pytest.mark.parametrize("value, field, problem", [
@@ -88,8 +93,12 @@ def test_the_built_in_profiles_have_rules_for_compile_and_run():
     for profile in load_profiles().values():
         assert {stage for stage, _ in profile.timeouts} == set(cost.TIMED), profile.name
         assert all(rule.margin > 1 and rule.floor >= 20 for _, rule in profile.timeouts)
-        # the hard limit is at least twice the slowest calibrated invocation (a machine twice as
-        # busy cuts no legitimate case), and CONV_SWEEP_TIMEOUT's default leaves it in force
+        budgets = {stage: rule.limit for stage, rule in profile.timeouts}
+        if profile.name == "torq":  # upstream's harness's: --torq-compiler-timeout, --torq-runtime-timeout
+            assert budgets == {"compile": 300, "run": 240}
+            continue
+        # elsewhere the budget is at least twice the slowest calibrated invocation (a machine twice
+        # as busy cuts no legitimate case), and CONV_SWEEP_TIMEOUT's default leaves it in force
         for stage, rule in profile.timeouts:
             slowest = max(seconds for _, seconds in cost.calibrated(profile.calibration_file, stage).points)
             assert 2 * slowest <= rule.limit <= DEFAULT_TIMEOUT, (profile.name, stage, slowest, rule.limit)

@@ -5,7 +5,7 @@ from pipeline.outcome.bucket import signature
 from pipeline.space.cases import Case
 from pipeline.space.expected import Expectation
 from pipeline.space.geometry import Geometry
-from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, Result
+from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, Result
 from pipeline.outcome.verdict import judge, message, outcome
 
 G = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4)
@@ -33,7 +33,7 @@ def test_another_signature_at_the_listed_stage_is_changed_with_both():
     judged = judge(case, _result(case, ERROR, "compile", "torq-compile killed by signal SIGSEGV"))
     assert judged.status == CHANGED
     assert judged.notes["expected_bucket"] == BUCKET
-    assert judged.notes["observed_bucket"] == "compile: torq-compile killed by signal SIGSEGV"
+    assert judged.notes["observed_bucket"] == "compile: <tool> killed by signal SIGSEGV"
     text = message(case, judged, "repro.sh")
     assert "CHANGED at compile" in text and BUCKET in text and "SIGSEGV" in text
 
@@ -76,3 +76,28 @@ def test_judging_again_starts_from_the_outcome():
     assert (again.status, outcome(again), again.stage) == (ERROR, ERROR, "compile")
     relisted = judge(_case(bucket="compile: something else"), again)
     assert relisted.status == CHANGED
+
+
+def test_a_listed_timeout_is_xfail_when_cut_and_information_when_it_finishes():
+    case = _case("run", "run: timeout")
+    cut = judge(case, _result(case, TIMEOUT, "run", "torq-run-module timed out after 240 s: its run budget is 240 s"))
+    assert cut.status == XFAIL and cut.notes["observed_bucket"] == "run: timeout"
+    finished = judge(case, _result(case, PASS))
+    assert finished.status == PASS and "finished within its budget" in finished.notes["listed_timeout"]
+    assert message(case, finished, "repro.sh") is None
+    # finishing is accepted, failing otherwise is not: a numeric failure after a finished run stands
+    wrong = judge(case, _result(case, FAIL, "verify", "vs x: 3 of 9 elements outside tolerance"))
+    assert wrong.status == FAIL
+    # a listed compile error that finishes is still an xpass: only a listed timeout may finish
+    strict = judge(_case(), _result(_case(), PASS))
+    assert strict.status == XPASS
+
+
+def test_an_unlisted_timeout_is_red_and_says_timeout():
+    case = Case(G, "tflite", "f32")
+    judged = judge(case, _result(case, TIMEOUT, "compile", "torq-compile timed out after 300 s: its compile budget"))
+    assert judged.status == TIMEOUT
+    assert "compile TIMEOUT: torq-compile timed out after 300 s" in message(case, judged, "repro.sh")
+    # judged again (the list changed): the outcome is kept
+    listed = Case(G, "tflite", "f32", expected=Expectation("conv_*", "compile", "compile: timeout"))
+    assert judge(listed, judged).status == XFAIL

@@ -108,7 +108,8 @@ def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dic
     logged command, and the reasons name argv's tool.
 
     Raises StageError (with a one-line reason) on a non-zero exit, a signal or a timeout; a
-    timeout's reason ends with `timeout_note` (why the limit was what it was), if given.
+    timeout (StageError.cut) has the reason `<tool> timed out after <limit> s`, followed by
+    `timeout_note` (why the limit was what it was), if given.
     """
     return run_tool_output(argv, stage=stage, timeout=timeout, log=log, env=env, cwd=cwd,
                            timeout_note=timeout_note, launch=launch)[0]
@@ -139,7 +140,7 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
         stdout, stderr = proc.communicate()
         said = f"timed out after {timeout:g} s" + (f": {timeout_note}" if timeout_note else "")
         _append_log(log, argv, said, stdout, stderr)
-        raise StageError(stage, f"{tool} {said}", argv, str(log)) from None
+        raise StageError(stage, f"{tool} {said}", argv, str(log), cut=True) from None
     finally:
         _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start

@@ -110,7 +110,8 @@ def _target_keys(cfg: Config) -> dict:
                                  f"{role} {tool['path']} cannot start: {problem}")
         # the time limits are not in the keys: a limit decides whether a tool may finish, not
         # what a finished one produced (a case cut by one fails, and runs again unless it is listed)
-        profile = {k: v for k, v in p.to_dict().items() if k != "timeouts"}
+        # nor are the toggle flags: only `doit bugreport` compiles with them
+        profile = {k: v for k, v in p.to_dict().items() if k not in ("timeouts", "toggle_flags")}
         keys[p.name] = (
             {**identity, "compiler": tools["compiler"], "mlir": p.mlir, "profiling": list(p.profiling),
              **({"launch": list(target.compile_launch)} if target.compile_launch else {})},
@@ -167,8 +168,15 @@ def _clean_case_dir(cfg: Config, case: Case):
 
 
 def _last_task(case: Case) -> str:
-    """The task an expected failure should fail at ends the case's chain."""
-    return TASK_OF_STAGE[case.expect_stage] if case.expect_stage else "verify"
+    """The task an expected failure should fail at ends the case's chain (a listed timeout's
+    chain runs on: it may finish within its budget)."""
+    return TASK_OF_STAGE[case.expect_stage] if case.expect_stage and not case.expected.may_finish else "verify"
+
+
+def _module_unless_cut(case: Case) -> bool:
+    """Whether the case's verify task runs a module that may not exist: listed as a compile
+    timeout, its compile may be cut (then verify judges that) or finish (then verify runs it)."""
+    return bool(case.expected and case.expected.may_finish and TASK_OF_STAGE[case.expect_stage] == "vmfb")
 
 
 @dataclass(frozen=True)
@@ -253,15 +261,25 @@ def subtasks(run: Run, stage: str, stage_fn):
         outputs = [os.path.join(folder, t) for t in spec.outputs(run, first)]
         # a build task's failure at its listed stage does not fail it (verify judges it): which
         # cases are listed there is part of its key, their buckets only of verify's
-        listed = sorted([c.target, c.expect_stage] for c in cases if c.expect_stage and _last_task(c) == stage)
+        listed = sorted([c.target, c.expect_stage] for c in cases
+                        if c.expect_stage and TASK_OF_STAGE[c.expect_stage] == stage)
+        module_unless_cut = stage == "verify" and _module_unless_cut(first)
+        inputs = [os.path.join(model_folder if shared else folder, dep) for shared, dep in spec.inputs(run, first)
+                  if not (module_unless_cut and dep == VMFB)]
 
-        def key(stage=stage, name=name, first=first, listed=listed):
+        def key(stage=stage, name=name, first=first, listed=listed, module_unless_cut=module_unless_cut,
+                folder=folder):
             key = {"case": name, "stage": stage, **stage_fingerprint(stage),
                    **(spec.key(run, first) if spec.key else {})}
             if listed and stage != "verify":
                 key["listed_to_fail"] = listed
             if stage == "verify":
                 key["expected"] = first.expected.to_dict() if first.expected else None
+            if module_unless_cut:  # the module, where the compile finished: what file_dep would say
+                key["module"] = file_record(Path(folder) / VMFB).get("sha256", "absent")
+            if first.expected and first.expected.may_finish and TASK_OF_STAGE[first.expect_stage] == stage:
+                # a listed timeout is tried again under another budget (a cut leaves no output)
+                key["budget"] = run.cfg.limit(first, first.expect_stage).hard
             return key
 
         ending = f"{_last_task(first)}:{first.key if _last_task(first) == 'vmfb' else first.name}"
@@ -269,9 +287,8 @@ def subtasks(run: Run, stage: str, stage_fn):
             "name": name,
             "doc": spec.doc,
             "actions": [(_action, [run, stage_fn, cases if stage in SHARED_TASKS else first, outputs])],
-            "file_dep": [] if judged_early else
-            [os.path.join(model_folder if shared else folder, dep) for shared, dep in spec.inputs(run, first)],
-            "task_dep": [ending] if judged_early else [],
+            "file_dep": [] if judged_early else inputs,
+            "task_dep": [ending] if judged_early else [f"vmfb:{first.key}"] if module_unless_cut else [],
             "targets": [] if ends_here else outputs,
             "uptodate": [key_unchanged(key), (_output_intact, [outputs])],
             "clean": [(_clean_case_dir, [run.cfg, c]) for c in cases] if stage == "verify" else True,

@@ -8,10 +8,22 @@ numeric failure (stage verify) is the names of the checks that failed: how many 
 the worst one lies and by how much depend on the geometry and its data, not on the failure mode.
 So a rerun of the same compiler on the same cases gives the same signatures, and one bug seen
 on many geometries is one bucket.
+
+The failing tool's own name is abstracted too (`<tool> exit status <n>`): a wrapper script, a
+renamed build or a build from source elsewhere fails in the same bucket as the installed
+compiler. So is a diagnostic's location (`<loc>: error: ...`): the same error is located in the
+imported file by ONNX's importer (`model.mlir:7:10`) and nowhere by TFLite's (`<unknown>:0`), and
+it is one bug, one bucket and one report that lists the flavors it was seen in.
+
+A cut at a time limit (outcome `timeout`) is `<stage>: timeout` whatever its limit: how long the
+tool had and how long it was predicted to take are in its reason, not in its bucket.
 """
 from __future__ import annotations
 
 import re
+
+from pipeline.outcome.result import TIMEOUT
+from pipeline.space.expected import TIMEOUT_BUCKET
 
 _NORMALIZE = [
     (re.compile(r"conv_(tflite|onnx)_\w+"), "<case>"),
@@ -21,6 +33,11 @@ _NORMALIZE = [
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"(?<![A-Za-z_\d.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"), "<n>"),
     (re.compile(r"\s+"), " "),
+    # the failing tool, as run_tool and the compile stage name it at the start of a reason
+    (re.compile(r"^\S+ (?=exit status|killed by signal|timed out after|could not start|wrote an )"), "<tool> "),
+    # a diagnostic's location: a file and line (and column), or none
+    (re.compile(r"(?:<path>|<unknown>|<case>|[\w.-]+\.mlir(?:bc)?)(?::<n>)*: (?=(?:error|warning|note|remark):)"),
+     "<loc>: "),
 ]
 _FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance")
 
@@ -31,9 +48,12 @@ def normalize(text: str) -> str:
     return text.strip()
 
 
-def signature(stage: str | None, reason: str | None) -> str:
-    """The bucket of a failure at `stage` with this one-line `reason`."""
+def signature(stage: str | None, reason: str | None, outcome: str | None = None) -> str:
+    """The bucket of a failure at `stage` with this one-line `reason`; `outcome` is the status
+    before judging (pipeline/outcome/verdict.py: outcome)."""
     text, stage = reason or "", stage or "?"
+    if outcome == TIMEOUT:
+        return f"{stage}: {TIMEOUT_BUCKET}"
     checks = _FAILED_CHECK.findall(text) if stage == "verify" else []
     if checks:
         return f"verify: {' + '.join(normalize(c) for c in checks)}: elements outside tolerance"

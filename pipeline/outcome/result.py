@@ -13,7 +13,8 @@ PASS, FAIL, ERROR, XFAIL, XPASS = "pass", "fail", "error", "xfail", "xpass"
 CHANGED = "changed"  # listed as an expected failure at its stage, but failed there with another signature
 HARNESS = "harness"  # the harness itself failed (an exception in our code, a lost worker): never expected
 COMPILED = "compiled"  # a compile-only case: compiled, never run or compared
-RED = (FAIL, ERROR, CHANGED, HARNESS, XPASS)  # statuses that fail the run
+TIMEOUT = "timeout"  # a compile or run cut at its time limit (its budget, or its predicted cost below it)
+RED = (FAIL, ERROR, TIMEOUT, CHANGED, HARNESS, XPASS)  # statuses that fail the run
 RESULT_FILE = "result.json"
 STAGES_FILE = "stages.json"  # per-stage durations and tool versions, written as stages finish
 
@@ -25,7 +26,7 @@ class Result:
     flavor: str
     category: str
     geometry: dict
-    status: str  # pass, compiled, fail, error, harness; judged against the list: xfail, changed, xpass
+    status: str  # pass, compiled, fail, error, timeout, harness; judged against the list: xfail, changed, xpass
     stage: str | None = None  # the failing stage: model, import, compile, run, verify
     reason: str = ""  # one line
     compile_only: bool = False

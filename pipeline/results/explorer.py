@@ -131,7 +131,8 @@ def records(entries: list[dict]) -> list[dict]:
     from pipeline.outcome.result import RED, XFAIL
 
     failed = (*RED, XFAIL)
-    return [record(e, signature(e.get("stage"), e.get("reason")) if e["status"] in failed else "",
+    return [record(e, signature(e.get("stage"), e.get("reason"), (e.get("notes") or {}).get("outcome") or e["status"])
+                   if e["status"] in failed else "",
                    e["status"] in failed) for e in entries]
 
 

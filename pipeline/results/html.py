@@ -10,7 +10,8 @@ from pipeline.results.explorer import records as case_records, section
 from pipeline.results.svg import Axis, Panel, Point, scatter_row, step_histogram, viridis
 from pipeline.space.cases import VARIANTS
 
-COLORS = {"pass": "#2e7d32", "compiled": "#81c784", "fail": "#c62828", "error": "#6a1b9a", "harness": "#000000",
+COLORS = {"pass": "#2e7d32", "compiled": "#81c784", "fail": "#c62828", "error": "#6a1b9a", "timeout": "#0277bd",
+          "harness": "#000000",
           "changed": "#b71c1c", "xfail": "#ef6c00", "xpass": "#d81b60", "not run": "#9e9e9e"}
 
 

@@ -14,12 +14,12 @@ from pipeline.core.chain import STAGES
 from pipeline.space.cases import Case
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
-from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, XFAIL, XPASS, read_result
+from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, read_result
 from pipeline.core.tools import write_text
 
 NOT_RUN = "not run"
-FAILED = (FAIL, ERROR, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
-TOOL_FAILURES = (FAIL, ERROR, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
+FAILED = (FAIL, ERROR, TIMEOUT, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
+TOOL_FAILURES = (FAIL, ERROR, TIMEOUT, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
 REPORT_DIR = "report"
 REPORT_AT_END = "CONV_SWEEP_REPORT_AT_END"  # set while a doit run will write the report when it ends
 
@@ -44,7 +44,8 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
 
 def signature(entry: dict) -> str:
     """The entry's failure bucket (pipeline/outcome/bucket.py)."""
-    return bucket_signature(entry.get("stage"), entry.get("reason"))
+    return bucket_signature(entry.get("stage"), entry.get("reason"),
+                            (entry.get("notes") or {}).get("outcome") or entry.get("status"))
 
 
 def failing(entries: list[dict]) -> dict[str, tuple[str, str]]:
@@ -70,8 +71,8 @@ def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
 # --- the summary table -------------------------------------------------------------------------
 
 def _column(entry: dict) -> str:
-    if entry["status"] == ERROR:
-        return f"error:{entry['stage'] if entry['stage'] in STAGES else 'other'}"
+    if entry["status"] in (ERROR, TIMEOUT):
+        return f"{entry['status']}:{entry['stage'] if entry['stage'] in STAGES else 'other'}"
     return entry["status"]
 
 
@@ -229,7 +230,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
 
 def junit_xml(entries: list[dict]) -> str:
     fails = sum(e["status"] in (FAIL, XPASS, CHANGED) for e in entries)
-    errors = sum(e["status"] in (ERROR, HARNESS) for e in entries)
+    errors = sum(e["status"] in (ERROR, TIMEOUT, HARNESS) for e in entries)
     skipped = sum(e["status"] in (XFAIL, NOT_RUN) for e in entries)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
              f'<testsuites><testsuite name="conv_sweep" tests="{len(entries)}" failures="{fails}" '
@@ -247,8 +248,8 @@ def junit_xml(entries: list[dict]) -> str:
         if e["status"] in (FAIL, XPASS, CHANGED):
             lines.append(f"{head}><failure message={message} type={quoteattr(e['status'])}>"
                          f"{escape(detail)}</failure></testcase>")
-        elif e["status"] in (ERROR, HARNESS):
-            kind = "harness" if e["status"] == HARNESS else "error"
+        elif e["status"] in (ERROR, TIMEOUT, HARNESS):
+            kind = e["status"]
             lines.append(f"{head}><error message={message} type={quoteattr(kind + ':' + str(e['stage']))}>"
                          f"{escape(detail)}</error></testcase>")
         elif e["status"] in (XFAIL, NOT_RUN):

@@ -24,10 +24,11 @@ from pipeline.core.fingerprint import stage_fingerprint, tool_digest
 from pipeline.core.integrity import sha256
 from pipeline.core.store import key_of
 from pipeline.core.chain import MLIR, MLIR_BYTECODE, SHARED_TASKS, TASK_OF_STAGE, VMFB
-from pipeline.outcome.result import ERROR, FAIL, HARNESS, PASS, RESULT_FILE, Result, read_all_stages, read_result, record_stage
+from pipeline.outcome.result import (ERROR, FAIL, HARNESS, PASS, RESULT_FILE, TIMEOUT, Result, read_all_stages,
+                                     read_result, record_stage)
 from pipeline.outcome.verdict import judge, message, outcome
 
-FAILURES = (ERROR, FAIL, HARNESS)  # outcomes a build task records
+FAILURES = (ERROR, FAIL, TIMEOUT, HARNESS)  # outcomes a build task records
 
 def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=None, stored=None) -> str | None:
     """Run one task's work for `cases` (one model on several targets for the shared model and
@@ -86,7 +87,7 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             waits = waited()  # for a helper another thread's task held: not this stage's time
             outcome = _built(work, work_dir, log, store, key, names, what=f"{stage} of {first.name}")
     except StageError as err:
-        return failed(ERROR, err.stage, err.reason, err.log or str(log))
+        return failed(TIMEOUT if err.cut else ERROR, err.stage, err.reason, err.log or str(log))
     except Exception as err:  # our own code raised: a harness error, never an expected failure
         with open(log, "a") as f:
             f.write(traceback.format_exc())
@@ -129,7 +130,7 @@ def _record(case: Case, cfg: Config, result: Result, repro: Path, judge_now: boo
     if judge_now:
         result = judge(case, result)
     result.write(cfg.case_dir(case))
-    if not judge_now and result.status == ERROR and case.expect_stage == result.stage:
+    if not judge_now and result.status in (ERROR, TIMEOUT) and case.expect_stage == result.stage:
         return None
     return message(case, result, repro)
 
@@ -250,6 +251,7 @@ def vmfb(case: Case, cfg: Config) -> str | None:
 
     def work(case_dir: Path, log: Path) -> None:
         log.unlink(missing_ok=True)
+        (case_dir / VMFB).unlink(missing_ok=True)  # a compile that fails leaves no older module to be run
         with _observed(case, cfg, "compile"):
             seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB,
                                    compiler=target.compiler, flags=target.compile_flags(case.variant),
@@ -275,8 +277,9 @@ def vmfb(case: Case, cfg: Config) -> str | None:
 def verify(case: Case, cfg: Config) -> str | None:
     """Run and check the case, and judge it; a case listed to fail before verify is judged
     on what its listed stage recorded."""
-    if case.expect_stage and TASK_OF_STAGE[case.expect_stage] != "verify":
-        return judge_recorded(case, cfg)
+    if case.expect_stage and TASK_OF_STAGE[case.expect_stage] != "verify" and \
+            not (case.expected.may_finish and (cfg.case_dir(case) / VMFB).exists()):
+        return judge_recorded(case, cfg)  # listed to fail earlier, or a listed timeout that was cut
     from pipeline.checks.verify import verify_case
 
     def work(case_dir: Path, log: Path) -> Result:

@@ -1,10 +1,10 @@
 """Time limits that follow a case's cost: a stage's predicted seconds from its MACs, measured.
 
 A tool that hangs on a 270-MAC case should not hold a core for the ten minutes a c512 compile
-may legitimately need. Each target profile names, per timed stage (compile, run), a hard limit
+may legitimately need. Each target profile names, per timed stage (compile, run), a budget (its hard limit)
 and the rule for a case's own limit (`timeouts` in pipeline/targets/targets.json):
 
-    limit = min(CONV_SWEEP_TIMEOUT, hard, max(floor, margin × predicted(MACs)))
+    limit = min(CONV_SWEEP_TIMEOUT, budget, max(floor, margin × predicted(MACs)))
 
 predicted(MACs) comes from the target's calibration (pipeline/targets/costs/<target>.json),
 written by `doit calibrate` from a measured run: the upper envelope of the stage's measured
@@ -19,7 +19,7 @@ falls as MACs grow:
 (the slowest of cases up to half a decade larger, SPAN = 10 ** 0.5: a stage's time grows at
 most in proportion to its MACs, so a case up to SPAN times larger than the envelope's nearest
 point is covered by the margin). A case larger than SPAN × the largest calibrated one has no
-prediction: it gets the hard limit. The margin (a multiple of the slowest time seen at that
+prediction: it gets the budget. The margin (a multiple of the slowest time seen at that
 size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
 start-up under load) are in the profile, with their reasons in docs/targets.md.
 
@@ -27,8 +27,10 @@ A run's own completed invocations widen the envelope as they finish, never narro
 (`observe`, per build folder): a slow case the calibration did not see raises the limits of
 every case at least its size, for the rest of that run and the next.
 
-A case cut at its predicted limit says so in its reason: the limit, the prediction and its
-MACs, so that it is a bucket of its own, apart from a hang cut at the hard limit.
+A case cut at a limit is a `timeout` at its stage (pipeline/outcome/result.py): its reason says
+which limit cut it (the budget, or the prediction below it), the prediction and the case's MACs,
+and what it would have had without the budget; its bucket is `<stage>: timeout` whatever the
+limit (pipeline/outcome/bucket.py).
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ _RULE_FIELDS = {"limit", "margin", "floor"}
 class Rule:
     """One stage's limit rule in a profile."""
 
-    limit: float  # hard limit of the stage on this target, seconds (CONV_SWEEP_TIMEOUT caps it too)
+    limit: float  # the stage's budget on this target: its hard limit, seconds (CONV_SWEEP_TIMEOUT caps it too)
     margin: float = 0.0  # limit = margin × predicted; 0: no predicted limit, the hard one only
     floor: float = 0.0  # no predicted limit is below this many seconds
 
@@ -124,34 +126,42 @@ class Limit:
     """The seconds one tool invocation of a case is allowed, and why."""
 
     seconds: float
-    hard: float  # what the limit would be without a prediction
+    hard: float  # the stage's budget: what the limit would be without a prediction
     predicted: float | None = None  # the stage's predicted seconds, where the calibration covers the case
     macs: int = 0
     margin: float = 0.0
     floor: float = 0.0
+    stage: str = "compile"
+    unbudgeted: float | None = None  # what the limit would be without the budget (CONV_SWEEP_TIMEOUT caps it)
 
     @property
     def cut_early(self) -> bool:
-        """Whether the prediction, not the hard limit, sets the limit."""
+        """Whether the prediction, not the budget, sets the limit."""
         return self.seconds < self.hard
 
-    def cut_note(self) -> str | None:
-        """What a timeout at this limit adds to its reason: why the limit was this low."""
-        if not self.cut_early:
-            return None
-        return (f"cut at its predicted limit ({self.seconds:g} s = max(floor {self.floor:g} s, "
-                f"{self.margin:g} x {self.predicted:.3g} s predicted for {self.macs} MACs); hard limit {self.hard:g} s)")
+    def cut_note(self) -> str:
+        """Why the limit was what it was, for the reason of a cut at it: the budget, the
+        prediction, and the time the case would have had without the budget."""
+        if self.predicted is None:
+            return f"its {self.stage} budget is {self.hard:g} s (no prediction for {self.macs} MACs)"
+        predicted = f"{self.predicted:.3g} s predicted for {self.macs} MACs"
+        if self.cut_early:
+            return (f"its predicted limit (max(floor {self.floor:g} s, {self.margin:g} x {predicted})), "
+                    f"under its {self.stage} budget of {self.hard:g} s")
+        return (f"its {self.stage} budget is {self.hard:g} s ({predicted}; without the budget: "
+                f"{self.unbudgeted:g} s = max(floor {self.floor:g} s, {self.margin:g} x predicted))")
 
 
-def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float) -> Limit:
-    """The limit of one invocation: the hard one (CONV_SWEEP_TIMEOUT and the profile's), lowered
-    to the case's predicted cost where the profile has a margin and the calibration covers it."""
+def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float, stage: str = "compile") -> Limit:
+    """The limit of one invocation: the budget (the profile's hard limit, CONV_SWEEP_TIMEOUT at
+    most), lowered to the case's predicted cost where the profile has a margin and the
+    calibration covers it."""
     hard = min(timeout, rule.limit) if rule else timeout
     predicted = envelope.predict(count) if rule and rule.margin and envelope.points else None
     if predicted is None:
-        return Limit(hard, hard, macs=count)
-    seconds = min(hard, max(rule.floor, rule.margin * predicted))
-    return Limit(round(seconds, 1), hard, predicted, count, rule.margin, rule.floor)
+        return Limit(hard, hard, macs=count, stage=stage)
+    unbudgeted = round(min(timeout, max(rule.floor, rule.margin * predicted)), 1)
+    return Limit(min(hard, unbudgeted), hard, predicted, count, rule.margin, rule.floor, stage, unbudgeted)
 
 
 # ------------------------------------------------------------------ calibration files

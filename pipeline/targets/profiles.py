@@ -55,6 +55,9 @@ class Profile:
     timeouts: tuple = ()  # (stage, cost.Rule) pairs: hard limit, margin and floor of compile and run
     calibration: str | None = None  # the cost calibration file; None: pipeline/targets/costs/<name>.json
     fixed_addresses: bool = False  # start the compiler with address-space randomization off (compiler.py)
+    # compile flags that each turn one optional transformation off: `doit bugreport` tries each
+    # on a failure bucket's cases, to name a culprit pass and a workaround (never in a sweep)
+    toggle_flags: tuple[str, ...] = ()
 
     def rule(self, stage: str):
         """The limit rule of a timed stage (pipeline/targets/cost.py), or None."""
@@ -87,7 +90,7 @@ class Profile:
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name"}
 _REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
-                       "doc", "timeouts", "calibration", "fixed_addresses"}
+                       "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags"}
 
 
 def _merge(raw: dict[str, dict], where: str, base: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -179,7 +182,8 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
-        calibration=calibration, fixed_addresses=data.get("fixed_addresses", False))
+        calibration=calibration, fixed_addresses=data.get("fixed_addresses", False),
+        toggle_flags=strings("toggle_flags", data.get("toggle_flags", [])))
 
 
 def _read(path: Path, field: str) -> dict:

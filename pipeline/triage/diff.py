@@ -24,7 +24,7 @@ from pipeline.results.report import REPORT_DIR, format_table, signature
 from pipeline.results.html import page
 
 PASSING = ("pass", "xpass", "compiled")
-FAILING = ("fail", "error", "xfail", "changed", "harness")
+FAILING = ("fail", "error", "timeout", "xfail", "changed", "harness")
 RATIO_FACTOR = 2.0  # a ratio that moved by more than this factor either way is listed
 RATIO_FLOOR = 0.01  # ratios are compared as (r + floor): a move from 0.001 to 0.004 is noise, not news
 
