@@ -409,10 +409,24 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
               + summary(entries, groups, folder, refused), file=out or sys.stdout)
 
 
+def near_budget(entry: dict, budget) -> str | None:
+    """The first timed stage (compile, run) of a case that finished whose time came within
+    DAY_SPREAD of its budget (`budget(stage)`, seconds): on a slower day it may be cut."""
+    from pipeline.targets.cost import DAY_SPREAD, TIMED
+
+    for stage in TIMED:
+        seconds = ((entry.get("stages") or {}).get(stage) or {}).get("seconds")
+        if isinstance(seconds, (int, float)) and seconds * DAY_SPREAD > budget(stage):
+            return stage
+    return None
+
+
 def accept_failures(cfg, cases: list[Case], out=None) -> list:
     """Rewrite each target's expected-failures file so that every case failing now is expected,
-    at the stage and with the bucket signature observed (issue links and comments are kept).
-    Harness errors are never accepted: they are failures of this tool."""
+    at the stage and with the bucket signature observed (issue links and comments are kept),
+    and every case whose compile or run came within DAY_SPREAD of its budget is expected to
+    time out there (it may also finish: pipeline/outcome/verdict.py). Harness errors are never
+    accepted: they are failures of this tool."""
     import sys
 
     from pipeline.space import expected
@@ -421,6 +435,11 @@ def accept_failures(cfg, cases: list[Case], out=None) -> list:
     for target, selected in by_target(cfg, cases):
         entries = collect(selected, cfg.case_dir)
         failures = failing(entries)
+        for case, entry in zip(selected, entries):
+            stage = None if entry["case"] in failures or entry["status"] in (NOT_RUN, HARNESS) else \
+                near_budget(entry, lambda s, case=case: cfg.limit(case, s).hard)
+            if stage:
+                failures[entry["case"]] = (stage, bucket_signature(stage, "", TIMEOUT))
         judged = {e["case"] for e in entries if e["status"] not in (NOT_RUN, HARNESS)}
         accepted = expected.accept(target.expectations, failures, judged)
         write_text(target.expected_path, expected.dump(accepted.entries))
