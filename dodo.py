@@ -83,8 +83,8 @@ def task_shrink():
 def task_bugreport():
     """Write a report ready to file upstream per failure bucket (doit bugreport [bucket-or-case ...]): bugreports/<target>/."""
     budget = {"name": "budget", "long": "budget", "type": float, "default": 300,
-              "help": "seconds of shrinking per bucket without a valid earlier shrink (default 300; "
-                      "0: report the bucket's smallest case as it is)"}
+              "help": "seconds per bucket: half for shrinking (without a valid earlier shrink), the rest for "
+                      "the target's toggle flags (default 300; 0: the bucket's smallest case as it is, no flags)"}
     return {"actions": [(tasks.bugreport, [RUN])], "params": [budget, KEEP_DATA], "pos_arg": "buckets",
             "verbosity": 2, "uptodate": [False]}
 

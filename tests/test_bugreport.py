@@ -1,24 +1,30 @@
 """`doit bugreport`: on torq at N=1, one report per failure bucket, each with a repro.sh that
 reproduces its failure with a bare PATH and a report.md naming the versions and commands; a
-second run reuses the shrinks. And the pieces: slugs, titles, bucket selection, ranges."""
+second run reuses the shrinks. A timeout bucket (a compiler wrapper that sleeps unless a toggle
+flag is given) shrinks on "anomalously slow", shows the minimal case's passes and the flag
+table, and names the flag as a workaround. And the pieces: slugs, titles, bucket selection,
+ranges, the pass-timing parser, the flag table and the findings."""
 import json
 import re
 import subprocess
 
 import pytest
 
-from helpers import clean_env, doit
+from helpers import clean_env, doit, real_compiler, write_spec
 from pipeline.core.errors import ConfigError
 from pipeline.triage.bugreport import _geometry_range, select, slug, title
+from pipeline.triage.culprit import Trial, findings, flag_table
+from pipeline.triage.timing import TIMING_FLAGS, parse_timing, pass_table
 
-BUCKET = ("compile: torq-compile exit status <n>: <path>:<n>:<n>: error: "
-          "'linalg.generic' op unsupported in function body")
+BUCKET = "compile: <tool> exit status <n>: <loc>: error: 'linalg.generic' op unsupported in function body"
 
 
 def _message(bucket: str) -> re.Pattern:
     """What a tool prints for the bucket: its last error message, placeholders as wildcards."""
+    if bucket.endswith(": timeout"):
+        return re.compile("timed out")
     text = bucket.split("error: ")[-1] if "error: " in bucket else bucket.split(": ", 1)[1]
-    parts = re.split(r"<(?:n|\.\.\.|path|unknown|hex)>", text)
+    parts = re.split(r"<(?:n|\.\.\.|path|unknown|hex|tool|loc)>", text)
     return re.compile(".*?".join(re.escape(p) for p in parts))
 
 
@@ -58,15 +64,17 @@ def test_bugreport_on_torq_one_report_per_bucket_each_reproducing(tmp_path):
 
 
 def test_slug_is_a_short_folder_name_unique_per_bucket():
-    assert slug(BUCKET) == "compile-torq-compile-linalg-generic-op-unsupported-in-function-b-a516c8c8"
+    assert slug(BUCKET) == "compile-linalg-generic-op-unsupported-in-function-body-c4b85d18"
+    assert slug("compile: timeout") == "compile-timeout-1cc6ce3c"
     assert slug(BUCKET) != slug(BUCKET.replace("generic", "conv_2d_nchw_fchw"))
     assert re.fullmatch(r"[a-z0-9-]{1,73}", slug("verify: " + "x" * 500))
 
 
 def test_title_drops_placeholders_and_boilerplate():
-    assert title(BUCKET, "torq") == "[torq] compile: torq-compile 'linalg.generic' op unsupported in function body"
-    assert title("compile: torq-compile killed by signal SIGABRT: #<n> <hex> (<path>)", "torq") == \
-        "[torq] compile: torq-compile killed by signal SIGABRT"
+    assert title(BUCKET, "torq") == "[torq] compile: 'linalg.generic' op unsupported in function body"
+    assert title("compile: <tool> killed by signal SIGABRT: #<n> <hex> (<path>)", "torq") == \
+        "[torq] compile: killed by signal SIGABRT"
+    assert title("run: timeout", "torq") == "[torq] run: timeout"
 
 
 def test_select_by_slug_signature_part_or_case_and_refuse_what_matches_nothing():
@@ -85,3 +93,199 @@ def test_geometry_range_spans_every_field():
     rows = _geometry_range(entries)
     assert rows[:2] == ["| rank | 2 |", "| spatial | 4-6 x 9 |"]
     assert "| c_out | 8-16 |" in rows and "| padding | same, valid |" in rows and rows[-1].startswith("| MACs | ")
+
+
+# A compiler 4 s slower than the real one unless a toggle flag is on its command line.
+SLOWCC = """#!/bin/sh
+case " $* " in
+  *" --iree-opt-const-eval=false "*) ;;
+  *) sleep 4;;
+esac
+exec {real} "$@"
+"""
+# Every compile is predicted at 0.75 s, so anomalously slow past 4 x 0.75 s = 3 s: the 3.5 s
+# compile budget cuts the sleeping compiles past that point; the real one, under a second, is
+# normal. Its limit is min(budget 3.5 s, max(floor 1 s, 5 x 0.75 s)) = 3.5 s.
+SLOW_PROFILE = {"base": "llvm-cpu", "flavors": ["onnx_f32"], "calibration": "cal.json",
+                "timeouts": {"compile": {"limit": 600, "margin": 5, "floor": 1},
+                             "run": {"limit": 600, "margin": 5, "floor": 20}},
+                "toggle_flags": ["--iree-llvmcpu-disable-vector-peeling", "--iree-opt-const-eval=false"]}
+TINY = {"rank": 1, "spatial": [4], "kernel": [2], "stride": [1], "c_in": 2, "c_out": 2, "padding": "valid"}
+CUT = "conv_onnx_f32_w4_h1_f2_k2_c2_r1_pvalid"
+
+
+@pytest.mark.slow
+def test_bugreport_on_a_timeout_times_the_minimal_case_and_names_the_flag_that_works_around_it(tmp_path):
+    wrapper = tmp_path / "slowcc.sh"
+    wrapper.write_text(SLOWCC.format(real=real_compiler()))
+    wrapper.chmod(0o755)
+    (tmp_path / "cal.json").write_text(json.dumps(
+        {"measured": "by hand", "stages": {"compile": {"points": [[1, 0.75], [10 ** 9, 0.75]]}}}))
+    (tmp_path / "targets.json").write_text(json.dumps({"targets": {"slow": SLOW_PROFILE}}))
+    build = tmp_path / "build"
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [TINY]), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=build, CONV_SWEEP_TARGETS_FILE=tmp_path / "targets.json",
+                    CONV_SWEEP_TARGET="slow", CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_BUDGET="compile=3.5")
+    assert doit("sweep", env=env).returncode != 0
+    swept = json.loads((build / "cases" / CUT / "slow" / "result.json").read_text())
+    assert (swept["status"], swept["stage"]) == ("timeout", "compile")
+
+    run = doit("bugreport", "--budget", "120", f"{CUT}@slow", env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # shrunk on "anomalously slow": every attempt past 3 s, down to one MAC
+    summary = json.loads((build / "shrink" / "slow" / CUT / "shrink.json").read_text())
+    assert summary["predicate"] == {"kind": "slow", "stage": "compile", "factor": 4.0}
+    assert summary["minimal"]["macs"] == 1 and {t["outcome"] for t in summary["tried"]} == {"same"}
+    assert [p["macs"] for p in summary["path"]][0] == 24 and summary["path"][-1]["macs"] == 1
+    folder = build / "bugreports" / "slow" / slug("compile: timeout")
+    report = (folder / "report.md").read_text()
+    # the first finding: the flag brings the time back, on both cases, and the module passes
+    first = report.split("## Findings\n\n- ")[1].split("\n")[0]
+    assert first.startswith("`--iree-opt-const-eval=false` brings the minimal case's compile time back to normal")
+    assert "On the original case too" in first and "`--iree-opt-const-eval=false` is a workaround (not the same " \
+        "test: the flag changes the module)" in first
+    # where the time goes: the minimal case's passes, from MLIR's timing of the real compiler
+    passes = report.split("## Where the time goes")[1].split("## Toggle flags")[0]
+    rows = re.findall(r"^\| (\S+) \| ([\d.e-]+) \| ([\d.]+) % \|$", passes, re.M)
+    assert len(rows) >= 5 and "SerializeTargetExecutablesPass" in {r[0] for r in rows}
+    assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
+    assert f"| `{summary['path'][0]['case']}` | 24 | > 3.5 (cut) | 0.75 | > 4.7 |" in passes  # the growth table
+    # the flag tables: the minimal case's compile without a flag ran to its end, slow
+    tables = report.split("## Toggle flags")[1].split("## Reproduce")[0]
+    assert re.search(r"^\| \(no flag\) \| \d+\.\d\d \(slow\) \| 1 \| \S+ [\d.e-]+ s \| passes \|$", tables, re.M)
+    assert re.search(r"^\| `--iree-opt-const-eval=false` \| 0\.\d\d \| 0\.\d\d \| \S+ [\d.e-]+ s \| passes \|$",
+                     tables, re.M), tables
+    assert re.search(r"^\| `--iree-llvmcpu-disable-vector-peeling` \| > 3\.5 \(cut\) \| - \| - \| timeout at compile",
+                     tables, re.M), tables
+    original = tables.split(f"On the original case, `{CUT}`")[1]
+    assert re.search(r"^\| \(no flag\) \| > 3\.5 \(cut\) \| - \| - \| timeout at compile", original, re.M)
+    assert re.search(r"^\| `--iree-opt-const-eval=false` \| 0\.\d\d \| < 0\.\d\d \|", original, re.M)
+    assert "the same failure" in original  # the other flag: cut like the sweep's compile
+    # repro.sh fails while the compile is anomalously slow: it gives it 4 x 0.75 s
+    repro = subprocess.run(["bash", str(folder / "repro.sh")], capture_output=True, text=True, timeout=60)
+    assert repro.returncode == 124 and "compile timed out after 3 s" in repro.stderr
+
+
+def _iree_timing(tmp_path, *flags) -> str:
+    """The pass timing the real iree-compile prints for a tiny conv."""
+    mlir = tmp_path / "conv.mlir"
+    mlir.write_text("""func.func @main(%arg0: tensor<1x6x6x2xf32>) -> tensor<1x4x4x2xf32> {
+  %w = arith.constant dense<1.0> : tensor<3x3x2x2xf32>
+  %z = arith.constant dense<0.0> : tensor<1x4x4x2xf32>
+  %r = linalg.conv_2d_nhwc_hwcf {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+    ins(%arg0, %w : tensor<1x6x6x2xf32>, tensor<3x3x2x2xf32>) outs(%z : tensor<1x4x4x2xf32>) -> tensor<1x4x4x2xf32>
+  return %r : tensor<1x4x4x2xf32>
+}
+""")
+    done = subprocess.run([real_compiler(), str(mlir), "-o", str(tmp_path / "conv.vmfb"), "--iree-hal-target-device=local",
+                           "--iree-hal-local-target-device-backends=llvm-cpu", *TIMING_FLAGS, *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+@pytest.mark.parametrize("flags", [("--mlir-disable-threading",), ()], ids=["wall", "user-and-wall"])
+def test_parse_timing_of_iree_compile_lists_passes_slowest_first_without_pipelines(tmp_path, flags):
+    text = _iree_timing(tmp_path, *flags)
+    assert ("----User Time----" in text) == (not flags)  # with threads, a user time column first
+    timing = parse_timing("# exit status 0 after 0.4 s\n--- stderr ---\n" + text)  # as in a compile log
+    total = float(re.search(r"Total Execution Time: ([\d.]+) seconds", text).group(1))
+    assert timing.reports == (total,)
+    names = [name for name, _ in timing.passes]
+    assert "SerializeTargetExecutablesPass" in names and "CanonicalizerPass" in names
+    assert not {"root", "Rest", "Total"} & set(names)
+    assert not [n for n in names if n.endswith("Pipeline") or n.startswith("Pipeline Collection")
+                or n.endswith("OpPipelineAdaptorPass")]
+    seconds = [s for _, s in timing.passes]
+    assert seconds == sorted(seconds, reverse=True) and 0 < seconds[0] <= total
+    wall = float(re.search(r"([\d.]+) \(\s*[\d.]+%\)\s+SerializeTargetExecutablesPass$", text, re.M).group(1))
+    assert dict(timing.passes)["SerializeTargetExecutablesPass"] == wall  # the wall time, not the user time
+    table = pass_table(timing, 2 * total)
+    assert table[2:4] == ["| pass | seconds | share of the compile |", "|---|---|---|"]
+    assert table[4] == f"| {names[0]} | {seconds[0]:.3g} | {100 * seconds[0] / (2 * total):.1f} % |"
+    assert parse_timing("no timing here\n  0.5 (50.0%)  NotAPass") is None
+
+
+# torq-compile 2.3.0's timing of a tiny w8i8 conv (captured, trimmed): one report per pass
+# manager, the nested one first; a pass's seconds are summed over them.
+TORQ_TIMING = """===-------------------------------------------------------------------------===
+                         ... Execution time report ...
+===-------------------------------------------------------------------------===
+  Total Execution Time: 0.1957 seconds
+
+  ----Wall Time----  ----Name----
+    0.1957 (100.0%)  root
+    0.1877 ( 95.9%)  Pipeline Collection : ['func.func']
+    0.1877 ( 95.9%)  'func.func' Pipeline
+    0.0824 ( 42.1%)  TileAndFuse
+    0.0538 ( 27.5%)  LinalgToTorqHLPreConversion
+    0.0046 (  2.4%)  Canonicalizer
+    0.0061 (  3.1%)  Rest
+    0.1957 (100.0%)  Total
+===-------------------------------------------------------------------------===
+                         ... Execution time report ...
+===-------------------------------------------------------------------------===
+  Total Execution Time: 0.3880 seconds
+
+  ----Wall Time----  ----Name----
+    0.3938 (101.5%)  'hal.executable' Pipeline
+    0.3880 (100.0%)  root
+    0.1966 ( 50.7%)  TranslateAllExecutablesPass
+    0.1963 ( 50.6%)  TORQLowerExecutableTarget
+    0.0121 (  3.1%)  Canonicalizer
+    0.0000 (  0.0%)  (A) DominanceInfo
+   -0.3800 (-97.9%)  Rest
+    0.3880 (100.0%)  Total
+"""
+
+
+def test_parse_timing_sums_a_pass_over_the_reports_of_torq_compile():
+    timing = parse_timing(TORQ_TIMING)
+    assert timing.reports == (0.1957, 0.388)
+    assert timing.passes[:3] == (("TranslateAllExecutablesPass", 0.1966), ("TORQLowerExecutableTarget", 0.1963),
+                                 ("TileAndFuse", 0.0824))
+    assert dict(timing.passes)["Canonicalizer"] == pytest.approx(0.0167)
+    assert "(A) DominanceInfo" in dict(timing.passes) and "Rest" not in dict(timing.passes)
+
+
+def _trial(flag, seconds, status="pass", failed_at=None, reason="", sig="", limit=3.5, predicted=0.75):
+    return Trial(flag, "conv_x", 1, "compile", seconds, limit, predicted, status, failed_at, reason, sig)
+
+
+def test_flag_table_gives_each_flag_its_time_ratio_and_module():
+    cut = "compile: timeout"
+    trials = [_trial(None, None, "timeout", "compile", "slowcc.sh timed out after 3.5 s", cut),
+              _trial("--fast", 0.7), _trial("--also-cut", None, "timeout", "compile", "cut again", cut),
+              _trial("--wrong", 0.5, "fail", "verify", "vs onnxruntime: 3 of 4 elements outside | tolerance",
+                     "verify: vs onnxruntime: elements outside tolerance"),
+              _trial("--broken", 0.2, "error", "compile", "slowcc.sh exit status 1: error: no", "compile: <tool> ...")]
+    assert flag_table(trials) == [
+        "| flag | compile (s) | x without | module |", "|---|---|---|---|",
+        "| (no flag) | > 3.5 (cut) | - | timeout at compile: slowcc.sh timed out after 3.5 s |",
+        "| `--fast` | 0.70 | < 0.20 | passes |",
+        "| `--also-cut` | > 3.5 (cut) | - | the same failure |",
+        "| `--wrong` | 0.50 | < 0.14 | fail at verify: vs onnxruntime: 3 of 4 elements outside \\| tolerance |",
+        "| `--broken` | 0.20 | < 0.06 | error at compile: slowcc.sh exit status 1: error: no |"]
+    timed = [_trial(None, 4.6), _trial("--fast", 0.46)]
+    assert flag_table(timed)[2:] == ["| (no flag) | 4.60 (slow) | 1 | passes |", "| `--fast` | 0.46 | 0.10 | passes |"]
+    assert flag_table([]) == []
+
+
+def test_findings_name_the_flag_that_makes_an_error_disappear_first():
+    bucket = "compile: <tool> exit status <n>: <loc>: error: 'linalg.generic' op unsupported in function body"
+    mins = [_trial(None, 0.3, "error", "compile", "torq-compile exit status 1: ... unsupported", bucket),
+            _trial("--a", 0.3, "error", "compile", "the same", bucket),
+            _trial("--b", 0.4), _trial("--c", 0.5, "fail", "verify", "vs x: 1 of 4 elements outside tolerance",
+                                       "verify: vs x: elements outside tolerance"),
+            _trial("--d", 0.2, "error", "compile", "other", "compile: <tool> killed by signal SIGABRT")]
+    said = findings(mins, [], {"conv_x": ["--e"]}, ["--a", "--b", "--c", "--d", "--e"], False, "compile", bucket)
+    assert said == [
+        "This error disappears with `--b`: the minimal case then compiles (0.40 s), and its module passes: `--b` is a "
+        "workaround (not the same test: the flag changes the module).",
+        "This error disappears with `--c`: the minimal case then compiles (0.50 s), but its module fails (fail at "
+        "verify: vs x: 1 of 4 elements outside tolerance): not a workaround.",
+        "With `--d` it fails otherwise: compile: <tool> killed by signal SIGABRT",
+        "Not tried on `conv_x`, the bucket's budget being spent: `--e`."]
+    none = findings(mins[:2], [], {}, ["--a"], False, "compile", bucket)
+    assert none == ["No toggle flag makes the minimal case compile (1 of 1 tried)."]
+    assert findings([], [], {}, [], False, "compile", bucket)[0].startswith("The target's profile lists no toggle flags")

@@ -1,6 +1,7 @@
 """Shrinking a failing case (`doit shrink`): a compiler wrapper that fails only when c_in >= 64
-and the kernel height >= 3, from a large failing case, down to exactly that; and the search's
-moves along every dimension."""
+and the kernel height >= 3, from a large failing case, down to exactly that; the search's
+moves along every dimension; and the predicate of a timeout bucket, "anomalously slow" (a
+shrink on it runs in tests/test_bugreport.py)."""
 import hashlib
 import json
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from helpers import clean_env, doit, real_compiler, write_spec, write_wrapper
 from pipeline.space.geometry import Geometry
 from pipeline.triage.shrink import _one_pass, dimensions, joint_moves, minimum, search, value, with_value
+from pipeline.triage.slow import SLOW_FACTOR, Slow
 
 # Reads the conv's weight shape [C_out, C_in, KH, KW] from the imported ONNX model; fails the
 # way a compiler does when C_in >= 64 and KH >= 3, else runs the real compiler.
@@ -203,3 +205,37 @@ def test_dimensions_round_trip():
     assert with_value(g, "groups", 2) == Geometry(2, (16, 12), (3, 2), (2, 1), 4, 6, "same", dilation=(2, 1),
                                                   groups=2, batch=2)
     assert minimum(Geometry(2, (9, 9), (3, 2), (1, 1), 1, 1, "valid", dilation=(3, 1)), "spatial0") == 7
+
+
+CUT, DONE = {"status": "timeout", "stage": "compile"}, {"status": "pass", "stage": None}
+
+
+@pytest.mark.parametrize("result, timed, limit, predicted, outcome", [
+    (CUT, None, 3.5, 0.75, "same"),  # cut at 3.5 s, past 4 x 0.75 s
+    (CUT, None, 2.5, 0.75, "undecided"),  # cut before 3 s: it cannot be told slow
+    (CUT, None, 60.0, None, "same"),  # no prediction: the cut is the only sign
+    (DONE, 3.1, None, 0.75, "same"),  # finished, anomalously slowly
+    (DONE, 2.9, None, 0.75, "pass"),  # finished within 4 x its prediction
+    (DONE, 30.0, None, None, "pass"),  # no prediction: only a cut counts
+    ({"status": "error", "stage": "compile"}, None, None, 0.75, "other"),
+    ({"status": "error", "stage": "import"}, None, None, 0.75, "other"),
+])
+def test_slow_judges_a_compile_by_its_time_against_its_prediction(result, timed, limit, predicted, outcome):
+    assert Slow("compile").judge(result, timed, limit, predicted) == outcome
+
+
+def test_slow_on_a_run_keeps_a_slow_run_whatever_its_check_said():
+    fail = {"status": "fail", "stage": "verify"}
+    assert Slow("run").judge(fail, 10.0, None, 1.0) == "same"
+    assert Slow("run").judge(fail, 1.0, None, 1.0) == "other"
+    assert Slow("run").judge({"status": "timeout", "stage": "run"}, None, 20.0, 1.0) == "same"
+    assert Slow("run").judge({"status": "timeout", "stage": "compile"}, None, 60.0, 1.0) == "other"
+
+
+def test_slow_factor_is_below_every_built_in_margin():
+    """An attempt cut at its predicted limit (margin x predicted) has then run past the factor."""
+    from pipeline.targets.profiles import load_profiles
+
+    for profile in load_profiles().values():
+        for stage, rule in profile.timeouts:
+            assert rule.margin > SLOW_FACTOR, (profile.name, stage)

@@ -13,8 +13,11 @@ and <build>/bugreports/<target>/index.md lists every bucket with its count and t
 
 The minimal case comes from `doit shrink`'s search (pipeline/triage/shrink.py), started from
 the bucket's smallest case: an earlier shrink.json of the bucket is reused while its failure,
-tools and flags are those of today; else the bucket is shrunk within the budget (seconds per
-bucket; 0 takes the smallest case as it is).
+tools, flags and predicate are those of today; else the bucket is shrunk within SHRINK_SHARE of
+the budget (seconds per bucket; 0 takes the smallest case as it is). A timeout bucket shrinks
+on "anomalously slow" rather than on the cut; its report shows where the minimal case's time
+goes. Then, within the rest of the budget, the target's toggle flags are tried on a compile or
+timeout bucket's cases (pipeline/triage/culprit.py): the report's first findings.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 from pipeline.config import Config
@@ -34,6 +38,7 @@ from pipeline.space.geometry import Geometry, macs
 
 BUGREPORTS = "bugreports"
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
+SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the toggle flags have the rest
 
 
 def slug(bucket: str) -> str:
@@ -44,7 +49,7 @@ def slug(bucket: str) -> str:
 
 def _plain(bucket: str) -> str:
     """The bucket's words without its placeholders and the exit-status boilerplate."""
-    text = re.sub(r"exit status <n>:\s*", "", bucket)
+    text = re.sub(r"(<tool>\s*)?exit status <n>:\s*|<tool>\s*|<loc>:\s*", "", bucket)
     text = re.sub(r"(<(path|unknown|hex)>(:<n>)*:?\s*)+", "", text)
     text = re.sub(r"\(\s*\)|#<n>|\berror:\s*", "", text).replace("<n>", "N")
     return re.sub(r"\s+", " ", text).strip(" :")
@@ -75,8 +80,11 @@ def select(groups: dict[str, list[dict]], wanted: list[str], target: str) -> dic
 
 
 def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) -> dict | None:
-    """The smallest minimum of an earlier shrink of this bucket, still valid today."""
+    """The smallest minimum of an earlier shrink of this bucket, still valid today (for a
+    timeout bucket: shrunk on today's predicate)."""
+    from pipeline.outcome.result import STAGES_FILE
     from pipeline.triage.shrink import SHRINK_DIR
+    from pipeline.triage.slow import SLOW_FACTOR
 
     best = None
     for path in sorted((cfg.build_dir / SHRINK_DIR / target.name).glob("*/shrink.json")):
@@ -87,7 +95,11 @@ def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) 
         if summary.get("signature") != bucket or summary.get("tools") != identity or \
                 bool(summary.get("keep_data")) != keep_data:
             continue
-        if read_result(Path(summary["minimal"]["folder"])) is None:
+        predicate = summary.get("predicate") or {"kind": "same"}
+        if bucket.endswith(": timeout") and (predicate["kind"] == "same" or predicate.get("factor") != SLOW_FACTOR):
+            continue  # shrunk on the cut itself, or on another factor
+        folder = Path(summary["minimal"]["folder"])
+        if read_result(folder) is None and not (folder / STAGES_FILE).is_file():
             continue
         if best is None or summary["minimal"]["macs"] < best["minimal"]["macs"]:
             best = summary
@@ -171,9 +183,25 @@ def _worst(case_dir: Path, top: int = 5) -> list[str]:
     return rows
 
 
+def _slow(shrunk: dict | None, entries: list[dict]) -> tuple[dict, float] | None:
+    """For a timeout bucket shrunk on "anomalously slow": what happened to the minimal case (as a
+    result entry) and the seconds past which it is anomalous; else None."""
+    kept = (shrunk or {}).get("predicate") or {}
+    m = (shrunk or {}).get("minimal") or {}
+    if kept.get("kind") != "slow" or not m.get("predicted"):
+        return None
+    stage, threshold = kept["stage"], kept["factor"] * m["predicted"]
+    took = f"took {m['timed']:.3g} s" if m.get("timed") is not None else f"was cut at {m['limit']:g} s"
+    swept = next((e for e in entries if e["case"] == shrunk["original"]["case"]), entries[0])
+    reason = (f"The minimal case's {stage} {took}, more than {kept['factor']:g} x its predicted "
+              f"{m['predicted']:.3g} s: anomalously slow. The sweep's `{swept['case']}` was cut: {swept['reason']}")
+    return {"stage": stage, "reason": reason}, threshold
+
+
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
-                 folder: Path, versions: dict) -> Path:
-    """One bucket's folder: the minimal case's files, repro.sh, report.md."""
+                 folder: Path, versions: dict, findings: list[str] = (), sections: list[str] = ()) -> Path:
+    """One bucket's folder: the minimal case's files, repro.sh, report.md (with `findings` first
+    and `sections` after what happened)."""
     from pipeline.run.repro import write_standalone
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -181,18 +209,29 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     mlir_name, check, input_file = _copy_case(minimal, cfg, folder)
     result = read_result(cfg.case_dir(minimal)) or {}
     limits = {stage: cfg.limit(minimal, stage).seconds for stage in ("compile", "run")}
+    slow = _slow(shrunk, entries)
+    if slow is not None:  # repro.sh fails while the stage is anomalously slow
+        result, limits[slow[0]["stage"]] = slow[0], slow[1]
     repro = write_standalone(minimal, cfg, folder, mlir_name, check if result.get("stage") == "verify" else None,
                              limits, input_file if result.get("stage") in ("run", "verify") else None)
     text_mlir = (folder / MLIR).read_text() if (folder / MLIR).is_file() else None
     geometry = minimal.geometry
     lines = [f"# {title(bucket, target.name)}", "",
-             f"`{target.compiler}` fails the same way on {len(entries)} convolution "
-             f"case{'s' if len(entries) != 1 else ''} of a conv-sweep run; the smallest found:",
+             f"`{target.runner if slow and slow[0]['stage'] == 'run' else target.compiler}` "
+             + ("is cut at its time limit" if slow else "fails the same way")
+             + f" on {len(entries)} convolution case{'s' if len(entries) != 1 else ''} of a conv-sweep run; "
+             + ("the smallest found still anomalously slow:" if slow else "the smallest found:"),
              "", f"- case: `{minimal.name}` ({macs(geometry):,} MACs)",
              f"- geometry: `{json.dumps(geometry.to_dict())}`",
              f"- model: {minimal.backend} {minimal.flavor}, imported to MLIR ({mlir_name})",
-             f"- stage: {result.get('stage')}", "", "## What happens", "", "```",
-             (result.get("reason") or "")[:3000], "```", ""]
+             f"- stage: {result.get('stage')}", ""]
+    if findings:
+        lines += ["## Findings", "", *[f"- {f}" for f in findings], ""]
+    lines += ["## What happens", "", "```", (result.get("reason") or "")[:3000], "```", ""]
+    if slow is not None:
+        lines += [f"`repro.sh` gives the {slow[0]['stage']} {max(1, round(slow[1]))} s ({shrunk['predicate']['factor']:g} "
+                  "x its predicted seconds, from the target's calibration), so it fails while the "
+                  f"{slow[0]['stage']} is anomalously slow.", ""]
     if result.get("stage") == "verify" and check:
         failed = [m for m in (result.get("metrics") or {}).values() if not m.get("passed")]
         lines += ["## Expected against actual", "",
@@ -207,6 +246,7 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
         if worst:
             lines += ["", "| index | expected | actual | abs error | tolerance |", "|---|---|---|---|---|", *worst]
         lines.append("")
+    lines += list(sections)
     lines += ["## Reproduce", "",
               "`bash repro.sh` in this folder compiles the MLIR below with the exact flags"
               + (", runs the module on the saved input and checks its output against the saved expected output"
@@ -230,7 +270,9 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
                   f"Shrunk from `{shrunk['original']['case']}` ({shrunk['original']['macs']:,} MACs) in "
                   f"{shrunk['attempts']} attempts ({shrunk['seconds']:.0f} s)"
                   + (", stopped by the time budget: the smallest found in it" if shrunk.get("stopped_by_budget") else "")
-                  + ", each attempt failing the same way.", ""]
+                  + (", each attempt failing the same way." if (shrunk.get("predicate") or {}).get("kind") != "slow"
+                     else f", each attempt's {shrunk['predicate']['stage']} more than {shrunk['predicate']['factor']:g} "
+                          "x its predicted seconds (or cut at a limit past that)."), ""]
     lines += ["---", f"Bucket: `{bucket}`", ""]
     path = folder / "report.md"
     write_text(path, "\n".join(lines))
@@ -255,6 +297,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
     from dataclasses import replace
 
     from pipeline.results.report import TOOL_FAILURES, by_target, collect, signature, tool_versions
+    from pipeline.triage.culprit import examine, sections
     from pipeline.triage.shrink import shrink, tool_identity
 
     written = []
@@ -276,14 +319,16 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
             members = chosen[bucket]
             smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
             case = by_name[smallest["case"]]
+            deadline = time.monotonic() + budget
             summary = _earlier(cfg, target, bucket, identity, keep_data)
             if summary is not None:
                 log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
                     f"({summary['minimal']['macs']:,} MACs)")
             elif budget > 0:
-                log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget:g} s")
+                log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
                 try:
-                    summary = shrink(case, cfg, log=lambda line: None, budget=budget, keep_data=keep_data)
+                    summary = shrink(case, cfg, log=lambda line: None, budget=budget * SHRINK_SHARE,
+                                     keep_data=keep_data)
                 except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
                     log(f"  {err}; reporting the sweep's case as it is")
                     summary = None
@@ -296,7 +341,13 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                 minimal = replace(origin, category="shrink", expected=None,
                                   geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
                                   data_from=origin.geometry if summary.get("keep_data") else None)
-                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions)
+                original = replace(origin, category="shrink", expected=None)
+                swept = next((e for e in members if e["case"] == origin.name), {})
+                exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
+                               deadline, log) if budget > 0 else None
+                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions,
+                                    exam.findings if exam else (), sections(exam, summary, minimal, original)
+                                    if exam else ())
             else:
                 path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions)
             written.append(path)

@@ -1,6 +1,18 @@
 """Shrink a failing case: the smallest geometry, by MACs, that still fails the same way (same
 stage, same bucket signature) on the same target and compiler.
 
+"The same way" is a predicate on an attempt. For a timeout bucket (`compile: timeout`,
+`run: timeout`) it is "anomalously slow" (pipeline/triage/slow.py): the stage took more than
+SLOW_FACTOR times its predicted seconds, whether it finished that slowly or was cut at a limit
+past that point. A cut says only that the tool ran past its limit, and most small
+cases' limits are their floor, far above their prediction: shrinking on the cut itself would
+end at the smallest case still needing the floor, one that never finishes, where this ends
+at one that still finishes anomalously slowly, whose passes can be timed. Where the original
+cannot be told anomalous (no prediction covers it, or its budget cut it before SLOW_FACTOR
+times its prediction), the predicate is the cut itself. Each attempt is still bounded by its
+limit; attempts are timed, so the store of stage outputs is off, and a finished attempt does
+not widen the limits of the attempts after it.
+
 The geometry is a vector of integer dimensions: batch, groups, input and output channels per
 group, then per spatial axis kernel, dilation, stride and input size, and the padding. One
 pass takes the dimensions in that order; for each it tries the dimension's minimum first,
@@ -34,23 +46,51 @@ from pipeline.core.chain import SHARED_TASKS, TASK_OF_STAGE, tasks_until
 from pipeline.space.refusal import refusal
 from pipeline.space.geometry import Geometry, macs
 from pipeline.results.report import signature
-from pipeline.outcome.result import CHANGED, ERROR, FAIL, HARNESS, XFAIL, read_result
+from pipeline.outcome.result import CHANGED, ERROR, FAIL, HARNESS, TIMEOUT, XFAIL, Result, read_result
+from pipeline.outcome.verdict import outcome as raw_outcome
 from pipeline.core.tools import write_text
+from pipeline.targets.cost import OBSERVED
+from pipeline.triage.slow import Slow, predicted_seconds, stage_seconds
 
 SHRINK_DIR = "shrink"
+FAILURES = (ERROR, FAIL, TIMEOUT, HARNESS)  # what an attempt's chain records as failing
 
 
 @dataclass(frozen=True)
 class Attempt:
     geometry: Geometry
-    outcome: str  # "same" (fails the same way), "other" (fails otherwise), "pass", "invalid"
+    # "same" (fails the same way), "other" (fails otherwise), "pass", "invalid"; for the slow
+    # predicate also "undecided" (cut at a limit below SLOW_FACTOR x its prediction)
+    outcome: str
     signature: str
     seconds: float
     compiled: bool  # whether the attempt reached the compiler
+    # with the slow predicate: the timed stage's seconds where it ended by itself, the limit it
+    # had (cut: it ran at least that long), and its predicted seconds
+    timed: float | None = None
+    limit: float | None = None
+    predicted: float | None = None
 
     def to_dict(self) -> dict:
+        timing = {k: round(v, 3) for k, v in (("timed", self.timed), ("limit", self.limit),
+                                                ("predicted", self.predicted)) if v is not None}
         return {"case": self.geometry.id, "geometry": self.geometry.to_dict(), "macs": macs(self.geometry),
-                "outcome": self.outcome, "signature": self.signature, "seconds": round(self.seconds, 3)}
+                "outcome": self.outcome, "signature": self.signature, "seconds": round(self.seconds, 3), **timing}
+
+
+def run_tasks(case: Case, cfg: Config, tasks) -> dict:
+    """Run `tasks` of the case's chain in order with the sweep's stage functions, up to the first
+    that fails; the case's result entry where it failed (status, stage, reason), else a pass."""
+    from pipeline.run import stages
+
+    for task in tasks:
+        subject = [case] if task in SHARED_TASKS else case
+        if stages.TASK_FUNCTIONS[task](subject, cfg):
+            break
+    result = read_result(cfg.case_dir(case)) or {}
+    if result.get("status") in FAILURES:
+        return result
+    return {"status": "pass", "stage": None, "reason": ""}
 
 
 # --- the geometry as a vector of dimensions ----------------------------------------------------
@@ -116,6 +156,9 @@ class Shrinker:
         self.attempts: list[Attempt] = []
         self.seen: dict[Geometry, Attempt] = {}
         self.target: tuple[str, str] | None = None  # (stage, signature) of the failure to keep
+        self.slow: Slow | None = None  # the predicate of a timeout bucket, where it is one
+        self.predict = lambda g: None  # a geometry's predicted seconds at the slow predicate's stage
+        self.path: list[Geometry] = [case.geometry]  # the geometries the search moved to, in order
         self.deadline: float | None = None  # time.monotonic() after which no attempt starts
         self.best: Geometry = case.geometry  # the smallest geometry known to fail the same way
         self.stopped = False  # the budget ran out before the search ended
@@ -125,18 +168,34 @@ class Shrinker:
 
     def run_chain(self, g: Geometry, last_task: str) -> dict:
         """Run the case chain of `g` up to `last_task`; its result entry (status, stage, reason)."""
-        from pipeline.run import stages
+        return run_tasks(self.case_for(g), self.cfg, tasks_until(last_task))
 
-        case = self.case_for(g)
-        case_dir = self.cfg.case_dir(case)
-        for task in tasks_until(last_task):
-            subject = [case] if task in SHARED_TASKS else case
-            if stages.TASK_FUNCTIONS[task](subject, self.cfg):
-                break
-        result = read_result(case_dir) or {}
-        if result.get("status") in (ERROR, FAIL, HARNESS):
-            return result
-        return {"status": "pass", "stage": None, "reason": ""}
+    def timed(self) -> None:
+        """Time every attempt from now on: no stage outputs from the store (one taken from it
+        takes no time). With the slow predicate, attempt() also forgets the limits the attempts
+        before it widened (an anomalously slow one that finished would raise them)."""
+        self.cfg = replace(self.cfg, cache_dir=None)
+
+    def use_slow(self, slow: Slow, predict) -> bool:
+        """Judge attempts by `slow` from now on, the first one again; whether it still fails."""
+        self.timed()
+        self.slow, self.predict = slow, predict
+        first = self.attempts[0]
+        result = read_result(self.cfg.case_dir(self.case_for(first.geometry))) or {}
+        judged = replace(first, **self._timing(first.geometry, result))
+        judged = replace(judged, outcome=slow.judge(result, judged.timed, judged.limit, judged.predicted))
+        if judged.outcome != "same":
+            self.slow = None
+            return False
+        self.attempts[0] = self.seen[first.geometry] = judged
+        return True
+
+    def _timing(self, g: Geometry, result: dict) -> dict:
+        """The slow predicate's facts of an attempt: its stage's seconds, limit and prediction."""
+        case, stage = self.case_for(g), self.slow.stage
+        cut = result.get("status") == TIMEOUT and result.get("stage") == stage
+        return {"timed": None if cut else stage_seconds(self.cfg, case, stage),
+                "limit": self.cfg.limit(case, stage).seconds if cut else None, "predicted": self.predict(g)}
 
     def attempt(self, g: Geometry) -> Attempt:
         if g in self.seen:
@@ -147,20 +206,26 @@ class Shrinker:
             return found
         start = time.monotonic()
         last_task = TASK_OF_STAGE[self.target[0]] if self.target else "verify"
+        if self.slow:  # no limit widened by the attempts before (they write the folder's observations)
+            (self.cfg.report_dir(self.case.target) / OBSERVED).unlink(missing_ok=True)
         result = self.run_chain(g, last_task)
         sig = signature(result) if result["status"] != "pass" else ""
         stage = result.get("stage")
         compiled = result["status"] == "pass" or stage in ("compile", "run", "oracle", "verify")
-        if self.target is None:
+        timing = self._timing(g, result) if self.slow else {}
+        if self.slow:
+            outcome = self.slow.judge(result, timing["timed"], timing["limit"], timing["predicted"])
+        elif self.target is None:
             outcome = "same" if result["status"] != "pass" else "pass"
         else:
             outcome = "pass" if result["status"] == "pass" else \
                 "same" if (stage, sig) == self.target else "other"
-        found = Attempt(g, outcome, sig, time.monotonic() - start, compiled)
+        found = Attempt(g, outcome, sig, time.monotonic() - start, compiled, **timing)
         self.attempts.append(found)
         self.seen[g] = found
         self.log(f"  attempt {len(self.attempts):3d}: {self.case_for(g).name}  {macs(g):,} MACs  "
-                 f"{outcome}{' (' + sig + ')' if outcome == 'other' else ''}  {found.seconds:.1f} s")
+                 f"{outcome}{' (' + sig + ')' if outcome == 'other' else ''}  {found.seconds:.1f} s"
+                 + (f" ({self.slow.stage} {_timed_text(found)})" if self.slow else ""))
         return found
 
     def fails(self, g: Geometry) -> bool:
@@ -273,7 +338,14 @@ def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
 
 def _move(shrinker: Shrinker, smaller: Geometry, start: Geometry) -> None:
     previous, shrinker.best = shrinker.best, smaller
+    getattr(shrinker, "path", []).append(smaller)
     shrinker.discard(previous, {start})
+
+
+def _timed_text(a: Attempt) -> str:
+    """An attempt's timed stage: its seconds, or the limit it was cut at; against its prediction."""
+    took = f"{a.timed:.2f} s" if a.timed is not None else f"cut at {a.limit:g} s" if a.limit else "not reached"
+    return took + (f", predicted {a.predicted:.3g} s" if a.predicted is not None else "")
 
 
 def shrink_dir(cfg: Config, case: Case) -> Path:
@@ -291,27 +363,42 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep
     shrinker = Shrinker(case, cfg, folder, log, keep_data)
     shrinker.deadline = start + budget if budget else None
     swept = read_result(cfg.case_dir(case)) or {}
+    if swept and raw_outcome(Result.from_dict(swept)) == TIMEOUT:
+        shrinker.timed()  # the original too: a compile the store remembers would take no time
     log(f"conv-sweep: shrinking {case.key} ({macs(case.geometry):,} MACs); attempts in {folder}")
     first = shrinker.attempt(case.geometry)
     if first.outcome != "same":
         raise ConfigError("case", case.key, f"does not fail now on {case.target}: nothing to shrink")
     original = read_result(shrinker.cfg.case_dir(shrinker.case_for(case.geometry))) or {}
     shrinker.target = (original.get("stage"), first.signature)
-    swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, XFAIL, CHANGED) else None
+    predicate = {"kind": "same"}
+    if original.get("status") == TIMEOUT and original.get("stage") in ("compile", "run"):
+        stage = original["stage"]
+        slow = Slow(stage)
+        if shrinker.use_slow(slow, lambda g: predicted_seconds(cfg, shrinker.case_for(g), stage)):
+            predicate = slow.to_dict()
+            log(f"conv-sweep: a timeout: kept is a {stage} more than {slow.factor:g} x its predicted seconds "
+                f"({_timed_text(shrinker.attempts[0])})")
+        else:
+            predicate = {"kind": "timeout", "stage": stage, "factor": slow.factor}
+            log(f"conv-sweep: a timeout, cut before {slow.factor:g} x its predicted seconds: kept is the cut itself")
+    swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, TIMEOUT, XFAIL, CHANGED) else None
     if swept_signature and swept_signature != first.signature:
         log(f"conv-sweep: note: the sweep recorded {swept_signature}\n"
             f"  it fails differently now, and that failure is the one kept: {first.signature}")
     minimal = search(shrinker, case.geometry)
     minimal_case = shrinker.case_for(minimal)
-    if read_result(shrinker.cfg.case_dir(minimal_case)) is None:  # its folder went with a discarded attempt
+    if not shrinker.cfg.case_dir(minimal_case).is_dir():  # its folder went with a discarded attempt
         shrinker.run_chain(minimal, TASK_OF_STAGE[shrinker.target[0]])
+    kept = shrinker.seen[minimal].to_dict()
     summary = {
         "case": case.key, "target": case.target, "stage": shrinker.target[0], "signature": first.signature,
-        "swept_signature": swept_signature,
+        "swept_signature": swept_signature, "predicate": predicate,
         "original": {"case": case.name, "geometry": case.geometry.to_dict(), "macs": macs(case.geometry)},
         "minimal": {"case": minimal_case.name, "geometry": minimal.to_dict(), "macs": macs(minimal),
                     "folder": str(shrinker.cfg.case_dir(minimal_case)),
-                    "repro": str(shrinker.cfg.case_dir(minimal_case) / "repro.sh")},
+                    "repro": str(shrinker.cfg.case_dir(minimal_case) / "repro.sh"),
+                    **{k: kept[k] for k in ("timed", "limit", "predicted") if k in kept}},
         "attempts": len(shrinker.attempts),
         "compile_attempts": sum(a.compiled for a in shrinker.attempts),
         "seconds": round(time.monotonic() - start, 1),
@@ -320,6 +407,7 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep
         "keep_data": keep_data,  # the attempts cropped the original's weights and input
         "tools": tool_identity(cfg, cfg.target(case.target)),  # what the answer holds for (doit bugreport)
         "tried": [a.to_dict() for a in shrinker.attempts],
+        "path": [shrinker.seen[g].to_dict() for g in shrinker.path],  # the moves, the original first
     }
     write_text(folder / "shrink.json", json.dumps(summary, indent=1) + "\n")
     return summary
@@ -336,8 +424,11 @@ def tool_identity(cfg: Config, target) -> dict:
 
 def describe(summary: dict) -> str:
     o, m = summary["original"], summary["minimal"]
+    kept = summary.get("predicate") or {}
+    how = (f", as a {kept['stage']} more than {kept['factor']:g} x its predicted seconds"
+           if kept.get("kind") == "slow" else "")
     return "\n".join([
-        f"failure kept: {summary['signature']}",
+        f"failure kept: {summary['signature']}{how}",
         f"original: {o['case']}  {o['macs']:,} MACs  {json.dumps(o['geometry'])}",
         f"minimal:  {m['case']}  {m['macs']:,} MACs  {json.dumps(m['geometry'])}"
         + ("  (the original's data, cropped)" if summary.get("keep_data") else ""),
