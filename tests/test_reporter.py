@@ -1,79 +1,200 @@
 """The progress line's time left (pipeline/engine/reporter.py): planned from each chain's cost
-where the run planned its order on them (costliest first, so the first tasks' durations say
-little of the rest), else from the measured task durations."""
+where the run planned its order on them, scaled by how far this run's finished chains ran
+past their plan, a running task past its prediction counting as long again as it has run (up
+to its limit); else from the measured task durations. It never falls while nothing finishes.
+Unit tests run on a clock of their own: no sleeping, no real time."""
 import io
-import time
 
 import pytest
 
 from pipeline.engine.reporter import Progress
 
 
-def _progress(costs: dict) -> Progress:
-    progress = Progress(io.StringIO(), interval=5)
-    tasks = {f"{stage}:{case}": None for case in costs for stage in ("vmfb", "verify")}
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _progress(costs: dict) -> tuple[Progress, Clock]:
+    clock = Clock()
+    progress = Progress(io.StringIO(), interval=5, clock=clock)
+    progress.wait = lambda seconds: True  # no ticking thread: the tests draw the line themselves
     progress.pending = {case: {f"vmfb:{case}", f"verify:{case}"} for case in costs}
     progress.totals = {"model": 0, "mlir": 0, "vmfb": len(costs), "verify": len(costs)}
     progress.total = len(costs)
     progress.owners = {}  # no shared model/mlir tasks here
     progress.costs = dict(costs)
-    return progress, tasks
+    return progress, clock
+
+
+def _run(progress: Progress, clock: Clock, case: str, vmfb: float, verify: float) -> None:
+    """The case's two tasks run one after the other, taking these seconds."""
+    for name, seconds in ((f"vmfb:{case}", vmfb), (f"verify:{case}", verify)):
+        progress.executing(name)
+        clock.now += seconds
+        progress.finished(name, failed=False)
 
 
 def test_time_left_is_the_planned_work_not_done_over_the_workers():
-    progress, _ = _progress({"conv_big@t": 600.0, "conv_a@t": 1.0, "conv_b@t": 3.0})
+    progress, clock = _progress({"conv_big@t": 600.0, "conv_a@t": 1.0, "conv_b@t": 3.0})
     progress.executing("vmfb:conv_big@t")
     progress.executing("vmfb:conv_a@t")
-    progress.started["vmfb:conv_big@t"] -= 100  # it has run for 100 s
-    left = progress.left()
-    assert 250 < left < 252  # (604 - 100 - a's fraction of a second) / 2 workers
+    clock.now += 100
+    assert progress.left() == 500  # big's 500 s left run on one worker: more than (600 + 4 - 200) / 2
     progress.finished("vmfb:conv_a@t", failed=False)
     progress.finished("verify:conv_a@t", failed=False)
-    assert 250 < progress.left() < 251.5
+    assert progress.left() == 500
+
+
+def test_time_left_counts_the_planned_work_over_the_workers_when_no_chain_dominates():
+    costs = {f"conv_{i}@t": 10.0 for i in range(6)}
+    progress, clock = _progress(costs)
+    progress.executing("vmfb:conv_0@t")
+    progress.executing("vmfb:conv_1@t")
+    clock.now += 4
+    assert progress.left() == (60 - 8) / 2
+
+
+def test_the_time_left_does_not_fall_while_nothing_finishes():
+    """A task far past its plan, and one within it: time passes, nothing finishes, and the
+    estimate holds or grows, never falls, up to the long one's limit and past it."""
+    progress, clock = _progress({"conv_big@t": 100.0, "conv_a@t": 50.0, "conv_b@t": 20.0})
+    progress.limit_of = {"vmfb:conv_big@t": 900.0}.get
+    progress.executing("vmfb:conv_big@t")
+    progress.executing("vmfb:conv_a@t")
+    estimates = []
+    for _ in range(120):
+        estimates.append(progress.left())
+        clock.now += 10
+    assert all(later >= earlier for earlier, later in zip(estimates, estimates[1:])), estimates
+    assert estimates[-1] > estimates[0]
+
+
+def test_a_task_past_its_scaled_plan_needs_as_long_again_up_to_its_limit():
+    progress, clock = _progress({"conv_big@t": 100.0, "conv_a@t": 1.0})
+    progress.limit_of = {"vmfb:conv_big@t": 500.0}.get
+    progress.executing("vmfb:conv_big@t")
+    clock.now += 60
+    assert progress.left() == 40 + 1  # within its plan: the rest of it, and a's 1 s (one worker seen)
+    clock.now += 90  # 150 s: past its plan of 100
+    assert progress.left() == 150 + 1  # as long again as it has run
+    clock.now += 250  # 400 s: 100 s before its limit
+    assert progress.left() == 150 + 1  # its limit allows 100 s more, but the estimate does not fall
+    assert progress._needs("vmfb:conv_big@t", 400, 0.0) == 100
+    assert progress._needs("vmfb:conv_big@t", 520, 0.0) == 1  # past its limit: never nothing
+    assert progress._needs("vmfb:conv_x@t", 520, 0.0) == 520  # no limit known
+
+
+def test_the_time_left_drops_when_tasks_finish():
+    """Held up while nothing finished, the estimate falls to what is left once a task does."""
+    progress, clock = _progress({"conv_big@t": 100.0, **{f"conv_{i}@t": 10.0 for i in range(4)}})
+    progress.limit_of = {"vmfb:conv_big@t": 400.0}.get
+    progress.concurrency = 2
+    progress.executing("vmfb:conv_big@t")
+    clock.now += 200
+    assert progress.left() == 200  # big, past its plan: as long again as it has run
+    clock.now += 150
+    assert progress.left() == 200  # big may need only the 50 s its limit allows: held
+    _run(progress, clock, "conv_0@t", 1, 1)
+    assert progress.left() == 48  # big's limit in 48 s; three cases of 10 s over two workers beside it
+
+
+def test_the_plan_is_scaled_by_how_far_the_finished_chains_ran_past_it():
+    costs = {f"conv_{i}@t": 10.0 for i in range(10)}
+    progress, clock = _progress(costs)
+    for i in range(4):
+        _run(progress, clock, f"conv_{i}@t", 20, 10)  # 30 s each, 3 times the plan
+    assert progress.overrun() == 1  # too few to judge by
+    assert progress.left() == 60  # six cases at their plan
+    _run(progress, clock, "conv_4@t", 20, 10)
+    assert progress.overrun() == 3
+    assert progress.left() == 5 * 30
+
+
+def test_cases_found_up_to_date_do_not_scale_the_plan():
+    costs = {f"conv_{i}@t": 10.0 for i in range(12)}
+    progress, clock = _progress(costs)
+    for i in range(6):
+        progress.finished(f"vmfb:conv_{i}@t", failed=False)  # up to date: never executed
+        progress.executing(f"verify:conv_{i}@t")
+        clock.now += 1
+        progress.finished(f"verify:conv_{i}@t", failed=False)
+    assert progress.overrun() == 1
+    assert progress.left() == 6 * 10
 
 
 def test_without_planned_costs_the_measured_durations_estimate():
-    progress, _ = _progress({"conv_x@t": 1.0, "conv_y@t": 1.0})
+    progress, clock = _progress({"conv_x@t": 1.0, "conv_y@t": 1.0})
     progress.costs = {}
+    assert progress.left() is None  # nothing measured yet
     progress.executing("vmfb:conv_x@t")
-    progress.started["vmfb:conv_x@t"] = time.monotonic() - 2
+    clock.now += 2
     progress.finished("vmfb:conv_x@t", failed=False)
-    assert 5.9 < progress.left() < 6.1  # three tasks left, each at the 2 s measured, one worker
-
-
-def test_the_line_names_the_longest_running_tasks_against_their_limits():
-    progress, _ = _progress({"conv_big@t": 600.0, "conv_a@t": 1.0})
-    progress.limit_of = {"vmfb:conv_big@t": 600.0, "vmfb:conv_a@t": 60.0}.get
-    progress.executing("vmfb:conv_big@t")
-    progress.executing("vmfb:conv_a@t")
-    progress.started["vmfb:conv_big@t"] -= 312
-    assert progress.line().endswith("; running: vmfb:conv_big@t 5m12s of 10m00s")  # a's 0 s is not news
-    progress.started["vmfb:conv_a@t"] -= 7
-    assert progress.line().endswith("; running: vmfb:conv_big@t 5m12s of 10m00s, vmfb:conv_a@t 0m07s of 1m00s")
-    progress.stop()
-
-
-def test_the_line_keeps_ticking_while_nothing_finishes():
-    progress, _ = _progress({"conv_hang@t": 10.0})
-    progress.interval = 0  # off a terminal: a line whenever it is drawn
-    progress.executing("vmfb:conv_hang@t")
-    progress.started["vmfb:conv_hang@t"] -= 6
-    time.sleep(2.5)
-    progress.stop()
-    lines = progress.stream.getvalue().splitlines()
-    assert len(lines) >= 2 and all("running: vmfb:conv_hang@t 0m0" in line for line in lines), lines
+    assert progress.left() == 6  # three tasks left, each at the 2 s measured, one worker
 
 
 def test_without_planned_costs_a_running_task_counts_what_it_still_needs():
-    progress, _ = _progress({"conv_x@t": 1.0, "conv_y@t": 1.0})
+    progress, clock = _progress({"conv_x@t": 1.0, "conv_y@t": 1.0})
     progress.costs = {}
     progress.executing("vmfb:conv_x@t")
-    progress.started["vmfb:conv_x@t"] = time.monotonic() - 2
+    clock.now += 2
     progress.finished("vmfb:conv_x@t", failed=False)  # a measured 2 s per task
     progress.executing("vmfb:conv_y@t")
-    progress.started["vmfb:conv_y@t"] -= 1.5
-    assert 4.4 < progress.left() < 4.6  # three tasks left at 2 s, less the 1.5 s the running one has run
-    progress.stop()
+    clock.now += 1.5
+    assert progress.left() == 6  # three tasks left at 2 s; less the 1.5 s y has run, but nothing finished since
+    progress.last_left = None
+    assert progress.left() == 4.5  # unheld: less the 1.5 s y has run
+    clock.now += 8.5  # 10 s: past its mean
+    assert progress.left() == 14  # as long again as it has run, and the two others at 2 s
+    clock.now += 10
+    assert progress.left() == 24
+    progress.finished("vmfb:conv_y@t", failed=False)
+    assert progress.left() < 24  # a task finished: the estimate may fall
+
+
+def test_without_planned_costs_the_time_left_does_not_fall_while_nothing_finishes():
+    progress, clock = _progress({"conv_x@t": 1.0, "conv_y@t": 1.0, "conv_z@t": 1.0})
+    progress.costs = {}
+    _run(progress, clock, "conv_x@t", 5, 5)
+    progress.executing("vmfb:conv_y@t")
+    estimates = []
+    for _ in range(30):
+        estimates.append(progress.left())
+        clock.now += 1
+    assert all(later >= earlier for earlier, later in zip(estimates, estimates[1:])), estimates
+
+
+def test_the_line_names_the_longest_running_tasks_against_their_limits():
+    progress, clock = _progress({"conv_big@t": 600.0, "conv_a@t": 1.0})
+    progress.limit_of = {"vmfb:conv_big@t": 600.0, "vmfb:conv_a@t": 60.0}.get
+    progress.executing("vmfb:conv_big@t")
+    clock.now += 305
+    progress.executing("vmfb:conv_a@t")
+    clock.now += 4
+    assert progress.line().endswith("; running: vmfb:conv_big@t 5m09s of 10m00s")  # a's 4 s is not news
+    clock.now += 3
+    assert progress.line().endswith("; running: vmfb:conv_big@t 5m12s of 10m00s, vmfb:conv_a@t 0m07s of 1m00s")
+
+
+def test_the_line_keeps_ticking_while_nothing_finishes():
+    progress, clock = _progress({"conv_hang@t": 10.0})
+    progress.interval = 0  # off a terminal: a line whenever it is drawn
+    ticks = iter(range(3))
+
+    def wait(seconds):  # three ticks, five seconds apart, then stopped
+        clock.now += 5
+        return next(ticks, None) is None
+
+    progress.wait = wait
+    progress.executing("vmfb:conv_hang@t")
+    progress.ticker.join()
+    lines = progress.stream.getvalue().splitlines()
+    assert [line.split("; running: ")[1] for line in lines] == [f"vmfb:conv_hang@t 0m{s:02d}s" for s in (5, 10, 15)]
 
 
 SLOW_COMPILE = """#!/bin/sh

@@ -74,19 +74,24 @@ def _limits(run):
     return limit_of
 
 
+SETTLED = 5  # cases run to their end before their measured over planned seconds scale the plan
+AT_LEAST = 1.0  # seconds a running task still needs, whatever it has run
+
+
 class Progress:
     """What is moving, from the first seconds: tasks done per stage, cases verified, failures so
-    far, elapsed time, and the time left estimated from the measured task durations."""
+    far, elapsed time, and the time left estimated from the plan and the measured task
+    durations. `clock` gives the time in seconds (monotonic; a test passes its own)."""
 
-    def __init__(self, stream, interval: float):
-        self.stream, self.interval = stream, interval
+    def __init__(self, stream, interval: float, clock=time.monotonic):
+        self.stream, self.interval, self.clock = stream, interval, clock
         self.tty = stream.isatty()
         self.pending: dict[str, set[str]] = {}
         self.failed: set[str] = set()
         self.worked: set[str] = set()
         self.done = 0
         self.total = 0  # set by initialize; a run stopped before it shows no line
-        self.start = time.monotonic()
+        self.start = clock()
         self.last_print = 0.0
         self.shown = False
         self.totals = dict.fromkeys(TASKS, 0)  # tasks per stage in this run
@@ -94,11 +99,17 @@ class Progress:
         self.ran: dict[str, list[float]] = {s: [] for s in TASKS}  # measured durations of tasks that ran
         self.started: dict[str, float] = {}
         self.concurrency = 1
+        self.spent: dict[str, float] = {}  # case -> seconds its finished tasks ran (a shared task's split)
+        self.unmeasured: set[str] = set()  # cases with a task up to date: their seconds are not their chain's
+        self.settled = [0, 0.0, 0.0]  # cases run to their end: how many, their seconds, their planned seconds
+        self.finishes = 0  # case tasks finished so far
+        self.last_left: tuple[int, float | None] | None = None  # (finishes, estimate) at the last estimate
         self.costs: dict[str, float] = {}  # case key -> planned seconds of its chain, where the run planned them
         self.limit_of = lambda name: None  # a task's time limit in seconds, where it has one
         self.lock = threading.RLock()  # doit's thread and the ticker
         self.ticker: threading.Thread | None = None
         self.stopped = threading.Event()
+        self.wait = self.stopped.wait  # (seconds) -> True once stopped; a test passes its own
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
         """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
@@ -126,7 +137,7 @@ class Progress:
         if ":conv_" in name:
             with self.lock:
                 self.worked.update(self._keys(name))
-                self.started[name] = time.monotonic()
+                self.started[name] = self.clock()
                 self.concurrency = max(self.concurrency, len(self.started))
             self._tick()
 
@@ -139,7 +150,7 @@ class Progress:
             self.ticker.start()
 
     def _ticking(self) -> None:
-        while not self.stopped.wait(1.0):
+        while not self.wait(1.0):
             with self.lock:
                 if self.started:
                     self.show()
@@ -156,10 +167,16 @@ class Progress:
             return
         stage = name.split(":", 1)[0]
         self.finished_tasks[stage] += 1
+        self.finishes += 1
         began = self.started.pop(name, None)
+        keys = self._keys(name)
         if began is not None:
-            self.ran[stage].append(time.monotonic() - began)
-        for case in self._keys(name):
+            self.ran[stage].append(self.clock() - began)
+            for case in keys:
+                self.spent[case] = self.spent.get(case, 0.0) + self.ran[stage][-1] / len(keys)
+        elif not failed:  # up to date: it ran in an earlier run (a failed dependency ran nothing)
+            self.unmeasured.update(keys)
+        for case in keys:
             if failed:
                 self.failed.add(case)
             tasks = self.pending.get(case)
@@ -167,39 +184,84 @@ class Progress:
                 tasks.discard(name)
                 if not tasks:
                     self.done += 1
+                    if case in self.costs and case not in self.unmeasured and self.spent.get(case):
+                        self.settled = [self.settled[0] + 1, self.settled[1] + self.spent[case],
+                                        self.settled[2] + self.costs[case]]
         self.show()
 
     def left(self) -> float | None:
-        """Seconds of work left. Where the run planned its order on each chain's cost (the
-        chains start costliest first, so the first tasks' durations say little of the rest):
-        the planned seconds of the cases not done, less what their running tasks have run, over
-        the number of tasks seen running at once. Else each stage's unfinished tasks at that
-        stage's mean measured duration (a stage not measured yet: the mean of those that are)."""
-        now = time.monotonic()
-        if self.costs:
-            # a case's planned seconds less what its running tasks have run, never below what
-            # they still need: nothing (a task past its plan is counted as about to end)
-            ran: dict[str, float] = {}
-            for name, began in self.started.items():
-                for case in self._keys(name):
-                    ran[case] = ran.get(case, 0.0) + now - began
-            planned = sum(max(self.costs.get(case, 0.0) - ran.get(case, 0.0), 0.0)
-                          for case, tasks in self.pending.items() if tasks)
-            return planned / self.concurrency
+        """Seconds of work left, never more optimistic than the last estimate while no task
+        has finished since: an estimate that falls while nothing finishes promises an end
+        that is not coming. Where the run planned each chain's cost, `_planned_left`; else
+        each stage's unfinished tasks at that stage's mean measured duration in this run (a
+        stage not measured yet: the mean of those that are), a running task counting what it
+        still needs (`_needs`), over the tasks seen running at once, and at least what the
+        task that needs the most still needs."""
+        with self.lock:
+            now = self.clock()
+            value = self._planned_left(now) if self.costs else self._measured_left(now)
+            if value is not None and self.last_left is not None and self.last_left[0] == self.finishes:
+                value = max(value, self.last_left[1] or 0.0)
+            self.last_left = (self.finishes, value)
+            return value
+
+    def overrun(self) -> float:
+        """How far this run's chains run past their plan: the measured seconds of the cases run
+        to their end in this run over their planned seconds, once SETTLED have (1 before).
+        Cases with a task up to date are left out: their seconds are not their chain's."""
+        count, measured, planned = self.settled
+        return measured / planned if count >= SETTLED and planned > 0 else 1.0
+
+    def _needs(self, name: str, elapsed: float, expected: float) -> float:
+        """What a running task still needs: what it is expected to take less what it has run;
+        past that, as long again as it has run (the longer a task has run past its prediction,
+        the less the prediction says), up to its time limit, and never nothing."""
+        if expected > elapsed:
+            return expected - elapsed
+        limit = self.limit_of(name)
+        return max(min(elapsed, limit - elapsed) if limit else elapsed, AT_LEAST)
+
+    def _planned_left(self, now: float) -> float:
+        """Each case not done needs its planned seconds scaled by `overrun`, less what its
+        tasks have run (finished and running); a case whose running task has passed that
+        needs what the task still needs (`_needs`). The sum over the tasks seen running at
+        once, and at least the most any one case needs: a chain runs on one worker."""
+        scale = self.overrun()
+        running: dict[str, list[tuple[str, float]]] = {}
+        for name, began in self.started.items():
+            for case in self._keys(name):
+                running.setdefault(case, []).append((name, now - began))
+        work = most = 0.0
+        for case, tasks in self.pending.items():
+            if not tasks:
+                continue
+            tasks_running = running.get(case, [])
+            shares = sum(elapsed / len(self._keys(name)) for name, elapsed in tasks_running)
+            need = self.costs.get(case, 0.0) * scale - self.spent.get(case, 0.0) - shares
+            if need <= 0 and tasks_running:
+                need = max(self._needs(name, elapsed, 0.0) for name, elapsed in tasks_running)
+            work += max(need, 0.0)
+            most = max(most, need)
+        return max(work / self.concurrency, most)
+
+    def _measured_left(self, now: float) -> float | None:
         measured = [d for durations in self.ran.values() for d in durations]
         if not measured:
             return None
         fallback = sum(measured) / len(measured)
         mean = {s: sum(self.ran[s]) / len(self.ran[s]) if self.ran[s] else fallback for s in TASKS}
         work = sum((self.totals[s] - self.finished_tasks[s]) * mean[s] for s in TASKS)
-        for name, began in self.started.items():  # a running task needs its mean less what it ran
-            stage = name.split(":", 1)[0]
-            work -= min(now - began, mean.get(stage, fallback))
-        return max(work, 0.0) / self.concurrency
+        most = 0.0
+        for name, began in self.started.items():  # counted at its mean above: what it still needs instead
+            expected = mean.get(name.split(":", 1)[0], fallback)
+            need = self._needs(name, now - began, expected)
+            work += need - expected
+            most = max(most, need)
+        return max(max(work, 0.0) / self.concurrency, most)
 
     def running(self, most: int = 2) -> str:
         """The longest-running tasks, each with how long it has run and its limit."""
-        now = time.monotonic()
+        now = self.clock()
         longest = sorted(self.started.items(), key=lambda item: item[1])[:most]
         parts = []
         for name, began in longest:
@@ -210,7 +272,7 @@ class Progress:
         return "; running: " + ", ".join(parts) if parts else ""
 
     def line(self) -> str:
-        elapsed = time.monotonic() - self.start
+        elapsed = self.clock() - self.start
         stages = " ".join(f"{s} {self.finished_tasks[s]}/{self.totals[s]}" for s in TASKS if self.totals[s])
         text = (f"[{self.done}/{self.total} cases] {len(self.failed)} failed; {stages}; "
                 f"{_clock(elapsed)} elapsed")
@@ -226,7 +288,7 @@ class Progress:
     def _show(self, final: bool) -> None:
         if not self.total:
             return
-        now = time.monotonic()
+        now = self.clock()
         if self.tty:
             self.stream.write("\r\x1b[K" + self.line() + ("\n" if final else ""))
             self.shown = not final

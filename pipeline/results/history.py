@@ -1,6 +1,7 @@
-"""What a chain costs, so that the most expensive ones start first and both cores stay busy to
-the end: the last run's measured durations, where its results file has the case, else the
-cost model.
+"""What a chain costs, and the order the chains start in (`start_order`): results keep
+arriving, the slowest chains never two at once while short ones wait, both cores busy to the
+end. A chain's cost is the last run's measured duration, where its results file has the case,
+else the cost model.
 
 The last run's figures come from each target's `report/<target>/results.json` (one file per
 target, read once): the case's recorded stage seconds, and for a tool cut at a limit the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 
 from pipeline.space import shard
 from pipeline.targets import cost
@@ -59,7 +61,9 @@ def estimate(case, envelopes) -> float:
 
 def chain_costs(cfg, cases) -> dict[str, float]:
     """case key -> expected seconds of its chain: measured by this folder's last run, else by
-    the run its target's calibration was measured on, else estimated."""
+    the run its target's calibration was measured on, else estimated; never more than its
+    compile and run can take under today's limits (a calibration measured under larger
+    budgets, or a larger CONV_SWEEP_BUDGET last run, plans a cut chain at what it costs now)."""
     measured = last_run(cfg)
     calibrated = {target.name: cost.measured_chains(target.profile.calibration_file) for target in cfg.targets}
     envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
@@ -71,56 +75,99 @@ def chain_costs(cfg, cases) -> dict[str, float]:
             return calibrated[case.target][case.name]
         return estimate(case, envelopes[case.target])
 
-    return {case.key: seconds(case) for case in cases}
+    def capped(case):
+        return min(seconds(case), shard.cost(case) + sum(cfg.limit(case, stage).seconds for stage in cost.TIMED))
+
+    return {case.key: capped(case) for case in cases}
+
+
+SLOW_SHARE = 20  # a chain is slow when it alone takes more than 1/SLOW_SHARE of a lane's share of the work
+SAFETY = 3.0  # how many times its plan a slow chain may run before the next one can start beside it
+
+
+def slow_chains(costs: dict[str, float], lanes: int) -> set[str]:
+    """The chains predicted to be among the slowest: each alone planned to take more than a
+    twentieth of a lane's share of the work (the sum of all chains over the lanes). Two of
+    them at once leave no lane to deliver results for a stretch that shows as a stall on the
+    progress line; two shorter ones pause the stream for no longer than the chains a lane
+    runs anyway. The threshold is relative, so one rule serves a 50-case check and a full
+    sweep, and at most 20 chains per lane can be slow: always a few of the costliest, never
+    most of the sweep. On one lane nothing runs beside anything: none is slow."""
+    if lanes < 2 or not costs:
+        return set()
+    threshold = sum(costs.values()) / lanes / SLOW_SHARE
+    return {key for key, seconds in costs.items() if seconds > threshold}
 
 
 def start_order(keys: list[str], costs: dict[str, float], lanes: int, first: tuple[str, ...] = ()) -> list[str]:
-    """The order chains start in on `lanes` workers, so that no long chain starts late and
-    results still stream in from the first seconds. The chains are planned on lanes longest
-    first, each on the least loaded lane so far (longest processing time first, within 4/3 of
-    the shortest possible end). The lane whose longest chain is the shortest streams results:
-    it takes the cheapest chain of all too, and runs its chains cheapest first; the others run
-    theirs longest first. The streaming lane's cheapest chain comes first, then every other
-    lane's costliest chain, then the streaming lane's chains, then the other lanes' remaining
-    chains by the time each would start on its lane; doit's workers take the next chain as
-    they free up. When the costs are right this follows the plan; when the long chains run
-    longer than planned (a busy machine, a slower compiler), no long chain waits behind the
-    chains planned after another: each starts as soon as a worker is free of the streams.
+    """The order chains start in on `lanes` workers, each taking the next chain as it frees
+    up, so that results keep arriving: while short chains remain, at most one lane runs a slow
+    chain (`slow_chains`), even when a slow chain runs up to SAFETY times its plan (against
+    the short chains' plans).
 
-    `first`: chains that start at once, in that order, the first of them before all others
-    and the rest right after the other lanes' first (costliest) chains: the cheapest one
-    expected to fail and the cheapest one expected to pass, a first failure and a first
-    passing case within seconds, where on torq about 300 failing chains are cheaper than any
-    passing one."""
-    firsts = [k for k in dict.fromkeys(first) if k in costs]
-    if firsts:  # the first one, the other lanes' first chains (the costliest), the other firsts
-        base = start_order([k for k in keys if k not in set(firsts)], costs, lanes)
-        return firsts[:1] + base[1:lanes] + firsts[1:] + base[:1] + base[lanes:]
+    The cheapest chain comes first (a first result within seconds) and the costliest beside
+    it, at once; then the short chains, cheapest first (the most results early), with the
+    other slow chains among them, longest first, each after enough short work to keep the
+    other lanes busy for SAFETY times the previous slow chain's plan: SAFETY x its cost x
+    (lanes - 1) seconds of short chains listed since it, plus the costliest short chain for
+    each of the lanes - 2 other workers that may be inside one when a worker reaches the next
+    slow chain. A worker reaches a slow chain only once every chain listed before it has
+    started, so it cannot start beside the previous slow one unless that one overran more.
+    Slow chains the remaining short work cannot space come after the last short chain,
+    longest first: no short chain waits behind them, and they share the lanes at the end.
+
+    The trade-off against the end of the run: spacing makes the later slow chains start
+    later, and the last one may run alone at the end with a lane idle. Starting the costliest
+    at once and the others longest first leaves the cheapest of them for last; where short
+    work is ample (a few giants among many short chains: a sweep's usual shape) all are
+    spaced and short chains still run beside the last one, both lanes busy to the end (tested
+    within a tenth of the best possible). Where it is scarce, the spacing wins and the slow
+    chains left over share the lanes longest first after the short ones. SAFETY is how far a
+    tool's time varies between days on one machine: a slow chain that overruns more lets the
+    next one start beside it with short chains still waiting, which no static order can
+    prevent (doit's workers pull from one queue).
+
+    `first`: chains that start at once, in that order, whatever their cost: the first before
+    all others, the rest right after the costliest, e.g. the cheapest chain expected to fail
+    and the cheapest expected to pass: a first failure and a first passing case within
+    seconds (every failing chain can be cheaper than any passing one)."""
+    keys = list(dict.fromkeys(keys))
+    listed = set(keys)
+    firsts = [k for k in dict.fromkeys(first) if k in listed]
+
+    def cheap(key):
+        return costs[key], key
+
     if lanes < 2 or len(keys) < 2:
-        return sorted(keys, key=lambda k: (costs[k], k))
-    plan = [[0.0, []] for _ in range(lanes)]
-    for key in sorted(keys, key=lambda k: (-costs[k], k)):
-        lane = min(plan, key=lambda entry: entry[0])
-        lane[0] += costs[key]
-        lane[1].append(key)
-    # the lane whose longest chain is the shortest streams, with the cheapest chain of all
-    lanes_ = [chains for _, chains in plan]
-    streaming = min(lanes_, key=lambda chains: max(costs[k] for k in chains))
-    cheapest = min(keys, key=lambda k: (costs[k], k))
-    for chains in lanes_:
-        if cheapest in chains and chains is not streaming:
-            chains.remove(cheapest)
-            streaming.append(cheapest)
-    streams = sorted(streaming, key=lambda k: (costs[k], k))
-    others = [chains for chains in lanes_ if chains is not streaming]
-    starts = {}
-    for chains in others:
-        clock = 0.0
-        for key in chains:
-            starts[key] = clock
-            clock += costs[key]
-    # every lane's costliest chain starts at once, whatever the plan says comes after it: a
-    # chain that runs longer than planned must not let a free worker eat into the chains
-    # planned after another lane's long one
-    rest = sorted((k for chains in others for k in chains[1:]), key=lambda k: (starts[k], k))
-    return streams[:1] + [chains[0] for chains in others] + streams[1:] + rest
+        return firsts + sorted(listed - set(firsts), key=cheap)
+    slow = slow_chains({k: costs[k] for k in keys}, lanes)
+    firsts = firsts or [min(keys, key=cheap)]
+    rest = listed - set(firsts)
+    shorts = deque(sorted(rest - slow, key=cheap))
+    slows = sorted(rest & slow, key=lambda k: (-costs[k], k))
+    # lanes - 2 workers can be inside a short chain when one reaches the next slow chain
+    margin = (lanes - 2) * max((costs[k] for k in keys if k not in slow), default=0.0)
+    order: list[str] = []
+    spacing = [0.0, 0.0]  # short work listed since the last slow chain, and what the next one needs
+
+    def put(key: str) -> None:
+        order.append(key)
+        if key in slow:
+            spacing[:] = [0.0, SAFETY * costs[key] * (lanes - 1) + margin]
+        else:
+            spacing[0] += costs[key]
+
+    put(firsts[0])
+    if slows:
+        put(slows.pop(0))  # the costliest starts at once: the longest chain never starts late
+    for key in firsts[1:]:
+        put(key)
+    late = []
+    for key in slows:
+        while spacing[0] < spacing[1] and shorts:
+            put(shorts.popleft())
+        if spacing[0] < spacing[1]:
+            late.append(key)  # too little short work left to space it: after the last short one
+        else:
+            put(key)
+    return order + list(shorts) + late
