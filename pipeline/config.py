@@ -8,6 +8,8 @@ Knobs (all optional):
   CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 3600): the hard upper limit
   CONV_SWEEP_CACHE_DIR      the store of stage outputs shared by build folders (default
                             ~/.cache/conv-sweep/store; off: none)
+  CONV_SWEEP_TOOL_FILES     files (separated like PATH) that identify a launcher script's tool where
+                            what it execs cannot be read
   CONV_SWEEP_BUDGET         stage=seconds,...: the compile and run budgets of every selected target,
                             replacing the profiles' (e.g. compile=3600 lets a slow compile finish)
   CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
@@ -105,6 +107,14 @@ class Target:
     toolchain: dict | None = None  # the manifest of the profile's installed toolchain, if it uses one
     benchmark_tool: str | None = None  # absolute path of the profile's benchmark tool, if it has one
     compile_launch: tuple[str, ...] = ()  # before the compiler: setarch -R for a profile with fixed_addresses
+    tool_files: tuple[str, ...] = ()  # CONV_SWEEP_TOOL_FILES: files that identify a launcher script's tool
+
+    @property
+    def launchers(self) -> dict:
+        """What tells a launcher script's tool (pipeline/core/fingerprint.py, launched_identity):
+        the toolchain's own launchers, identified by its wheel digests, and the user's files."""
+        tools = (self.toolchain or {}).get("tools") or {}
+        return {"trusted": frozenset(os.path.realpath(p) for p in tools.values()), "extra": self.tool_files}
 
     @property
     def name(self) -> str:
@@ -181,6 +191,7 @@ class Config:
             if not existing.is_dir():
                 raise ConfigError("CONV_SWEEP_TOOLCHAIN_DIR", env["CONV_SWEEP_TOOLCHAIN_DIR"],
                                   f"is not a folder ({existing} is a file)")
+        tool_files = _tool_files(env, base)
         targets = []
         for profile in profiles:
             manifest = installed_toolchain(profile, toolchain_root)
@@ -192,7 +203,8 @@ class Config:
                 resolve_tool(profile, profile.dump_tool, base, manifest),
                 flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest,
                 resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None,
-                fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else ()))
+                fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else (),
+                tool_files))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
         from pipeline.space import shard
@@ -351,6 +363,18 @@ def order(env) -> str:
 def jobs(env) -> int:
     """CONV_SWEEP_JOBS: doit workers of the pytest front end (default 2)."""
     return _parse_int(env, "CONV_SWEEP_JOBS", 2, minimum=1)
+
+
+def _tool_files(env, base: Path) -> tuple[str, ...]:
+    """CONV_SWEEP_TOOL_FILES: existing files, separated like PATH."""
+    raw = env.get("CONV_SWEEP_TOOL_FILES", "")
+    files = []
+    for item in (p for p in raw.split(os.pathsep) if p.strip()):
+        path = base / item
+        if not path.is_file():
+            raise ConfigError("CONV_SWEEP_TOOL_FILES", raw, f"{item} is not a file")
+        files.append(str(path.resolve()))
+    return tuple(files)
 
 
 def parse_budgets(text: str) -> tuple[tuple[str, float], ...]:

@@ -1,7 +1,10 @@
 """What identifies a stage's inputs: the verify key covers every module that can change a
 verdict, and a tool without --version is never identified by its error message."""
 import ast
+import os
 from pathlib import Path
+
+import pytest
 
 from pipeline.core.fingerprint import STAGE_INPUTS, VERIFY_KEY_EXEMPT, describe_identity, executable_identity, module_file
 from pipeline.core.executables import tool_path
@@ -84,3 +87,60 @@ def test_code_digests_are_kept_on_disk_per_file_size_and_mtime(tmp_path, monkeyp
     finally:
         os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         fingerprint.code_digest.cache_clear()
+
+
+def _sh(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_launcher_is_followed_through_literal_relative_and_path_names(tmp_path, monkeypatch):
+    from pipeline.core.fingerprint import launched
+
+    binary = tmp_path / "bin" / "real-tool"
+    binary.parent.mkdir()
+    binary.write_bytes(b"\x7fELF not a script")
+    binary.chmod(0o755)
+    inner = _sh(tmp_path / "inner.sh", "exec bin/real-tool \"$@\"\n")  # relative to its folder
+    outer = _sh(tmp_path / "outer.sh", f"FOO=1\nexec {inner} \"$@\"  # the dev build\n")
+    files, problem = launched(str(outer))
+    assert problem is None and [f for f, _ in files] == [str(inner), str(binary)]
+    monkeypatch.setenv("PATH", f"{binary.parent}:/usr/bin:/bin")
+    by_name = _sh(tmp_path / "by-name.sh", "exec real-tool\n")
+    assert [f for f, _ in launched(str(by_name))[0]] == [str(binary)]
+    before = dict(files)[str(inner)]
+    _sh(inner, "exec bin/real-tool --other \"$@\"\n")
+    assert dict(launched(str(outer))[0])[str(inner)] != before  # the inner script's change shows
+
+
+@pytest.mark.parametrize("body, why", [
+    ('exec "$REAL" "$@"\n', "cannot be read"),
+    ("exec $(which iree-compile)\n", "cannot be read"),
+    ("iree-compile \"$@\"\n", "no exec line"),
+    ("exec ./missing-tool\n", "is not a file"),
+])
+def test_a_launcher_whose_target_cannot_be_read_says_why(tmp_path, body, why):
+    from pipeline.core.fingerprint import launched
+
+    assert why in launched(str(_sh(tmp_path / "w.sh", body)))[1]
+
+
+def test_a_cycle_and_trusted_or_installed_targets(tmp_path):
+    from pipeline.core.fingerprint import launched, launched_identity
+
+    a, b = tmp_path / "a.sh", tmp_path / "b.sh"
+    _sh(a, f"exec {b}\n")
+    _sh(b, f"exec {a}\n")
+    assert "starts itself again" in launched(str(a))[1]
+    # a script whose target cannot be read: trusted (the toolchain's launchers), or named by the user
+    unread = _sh(tmp_path / "u.sh", 'exec "$X"\n')
+    assert launched_identity(str(unread), trusted=frozenset({str(unread)})) == {}
+    named = launched_identity(str(unread), extra=(str(a),))
+    assert "unreadable" not in named and named["named"][0][0] == str(a)
+    assert "unreadable" in launched_identity(str(unread))
+    # the venv's iree-compile is a Python script its package installed: identified by the package
+    import sys
+    venv_tool = Path(sys.executable).parent / "iree-compile"
+    assert venv_tool.read_bytes().startswith(b"#!")
+    assert launched_identity(os.path.realpath(venv_tool)) == {}

@@ -21,7 +21,7 @@ def _bad_values(tmp):
         "CONV_SWEEP_PROFILE": "huge", "CONV_SWEEP_SPEC": str(tmp / "no-spec.json"), "CONV_SWEEP_COMPILE_ONLY": "onnx_int4",
         "CONV_SWEEP_SCHEDULER": "local:x", "CONV_SWEEP_ARTIFACTS": "sometimes", "CONV_SWEEP_SHARD": "3/2",
         "CONV_SWEEP_BENCHMARK": "yes", "CONV_SWEEP_EXPECTED_FAILURES": str(tmp / "no-list.json"),
-        "CONV_SWEEP_BUDGET": "compile=soon",
+        "CONV_SWEEP_BUDGET": "compile=soon", "CONV_SWEEP_TOOL_FILES": str(tmp / "no-such-file"),
         "CONV_SWEEP_ORDER": "sideways", "CONV_SWEEP_PROGRESS_INTERVAL": "x", "CONV_SWEEP_JOBS": "0",
     }
 

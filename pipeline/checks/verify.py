@@ -191,7 +191,7 @@ def _signature(target, vmfb: Path, mlir: Path, function: str, store, timeout: fl
     from pipeline.targets.profiles import toolchain_identity
 
     key = key_of({"stage": "signature", **stage_fingerprint("verify"), "vmfb": sha256(vmfb), "mlir": sha256(mlir),
-                  "dump_tool": tool_digest(target.dump_tool), "toolchain": toolchain_identity(target.toolchain),
+                  "dump_tool": tool_digest(target.dump_tool, **target.launchers), "toolchain": toolchain_identity(target.toolchain),
                   "function": function})
     stored = store.read(key, [SIGNATURE])
     if stored:

@@ -8,7 +8,11 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
+import sys
+import uuid
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -139,12 +143,15 @@ def stage_fingerprint(stage: str) -> dict:
     return {"code": code_digest(modules), "versions": {d: dist_version(d) for d in dists}}
 
 
-def executable_identity(path: str, cache: Path | None = None) -> dict:
+def executable_identity(path: str, cache: Path | None = None, trusted: frozenset = frozenset(),
+                        extra: tuple = ()) -> dict:
     """An executable's identity (resolved path, size, modification time) and what its
     `--version` prints. A tool with no `--version` (iree-run-module answers it with a flag
     error) is identified by the version of the package that installed it, where one did, and
     by its file's SHA-256. Worked out once per identity and kept in `cache` (TOOL_VERSIONS,
-    shared by every build folder of the machine: a second folder does not ask again)."""
+    shared by every build folder of the machine: a second folder does not ask again). A
+    launcher script's identity also holds what it starts (`launched_identity`), read every
+    time: a script that execs another is not the same tool once that one changes."""
     real = os.path.realpath(path)
     st = os.stat(real)
     identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -162,7 +169,7 @@ def executable_identity(path: str, cache: Path | None = None) -> dict:
             write_text(cache, json.dumps(known, indent=1) + "\n")
         except OSError:
             pass  # a read-only cache folder: asked again next time
-    return {**identity, **known[key]}
+    return {**identity, **known[key], **launched_identity(real, trusted, extra)}
 
 
 @lru_cache(maxsize=None)
@@ -174,14 +181,114 @@ def _content_digest(real: str, size: int, mtime_ns: int) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def tool_digest(path: str) -> str:
+def tool_digest(path: str, trusted: frozenset = frozenset(), extra: tuple = ()) -> str:
     """A tool's identity that holds on any machine: the SHA-256 of its file's content (a
     script's without its #! line, which names where it is installed), worked out once per
-    path, size and mtime. What a launcher script starts is identified on its own (the
-    packages' versions, the toolchain's wheel digests)."""
+    path, size and mtime, and, for a launcher script, of what it starts (`launched`)."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    return _content_digest(real, st.st_size, st.st_mtime_ns)
+    digest = _content_digest(real, st.st_size, st.st_mtime_ns)
+    launches = launched_identity(real, trusted, extra)
+    if not launches:
+        return digest
+    return hashlib.sha256(json.dumps([digest, launches], sort_keys=True).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------ what a launcher script starts
+
+_EXEC = re.compile(r"^\s*exec\s+(.+)$")
+RUN_NONCE = uuid.uuid4().hex  # the identity of a tool whose launches cannot be read: new every run
+_warned: set[str] = set()
+
+
+def launched(path: str, trusted: frozenset = frozenset(),
+             _seen: frozenset = frozenset()) -> tuple[list[tuple[str, str]], str | None]:
+    """What a launcher script starts: (file, SHA-256) of every executable it `exec`s, followed
+    through the scripts among them, and why it cannot be read (None where it can). A file that
+    is not a script (no #!) starts nothing this can see: ([], None). An exec target must be a
+    literal path (absolute, or relative to the script's folder) or a name on PATH; one built
+    from a variable or a command's output, a script without an exec line, or a cycle, cannot
+    be read. A target that a Python distribution installed (the venv's iree-compile), or one of
+    `trusted` (the toolchain's launchers), is not followed: its package or toolchain tells it."""
+    real = os.path.realpath(path)
+    try:
+        with open(real, "rb") as f:
+            head = f.read(2)
+            if head != b"#!":
+                return [], None
+            text = (head + f.read()).decode(errors="replace")
+    except OSError as err:
+        return [], f"{real} cannot be read: {err.strerror}"
+    if real in _seen:
+        return [], f"{real} starts itself again"
+    found, targets = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _EXEC.match(line)
+        if not match:
+            continue
+        try:
+            words = [w for w in shlex.split(match.group(1), comments=True) if "=" not in w.split("/")[0]]
+        except ValueError:
+            words = []
+        command = words[0] if words else ""
+        if not command or any(c in command for c in "$`"):
+            return [], f"{real} line {number}: `{line.strip()}` starts a command that cannot be read"
+        target = command if os.path.isabs(command) else \
+            os.path.join(os.path.dirname(real), command) if "/" in command else shutil.which(command)
+        if not target or not os.path.isfile(target):
+            return [], f"{real} line {number}: `{line.strip()}`: {command} is not a file"
+        targets.append(os.path.realpath(target))
+    if not targets:
+        return [], f"{real} has no exec line whose command can be read: what it runs is unknown"
+    for target in targets:
+        found.append((target, sha256(target)))
+        if target in trusted or _package_of_cached(target):
+            continue
+        more, problem = launched(target, trusted, _seen | {real})
+        if problem:
+            return [], problem
+        found += more
+    return found, None
+
+
+def launched_identity(real: str, trusted: frozenset = frozenset(), extra: tuple = ()) -> dict:
+    """What joins a tool's identity besides its own file: for a launcher script (not one a
+    Python distribution installed, which its package's version identifies, nor one of
+    `trusted`, the installed toolchain's launchers, which its wheel digests identify), the
+    files it starts (`launched`) and the files the user names (CONV_SWEEP_TOOL_FILES,
+    `extra`); where neither tells what it runs, a value new every run, so that neither the
+    store nor an up-to-date check ever reuses what it built (with one warning)."""
+    if real in trusted or not _is_script(real) or _package_of_cached(real):
+        return {}
+    files, problem = launched(real, trusted)
+    named = [(f, sha256(f)) for f in extra]
+    if problem and not named:
+        if real not in _warned:
+            _warned.add(real)
+            print(f"conv-sweep: warning: {problem}; its outputs are rebuilt every run (name the files that "
+                  f"identify it in CONV_SWEEP_TOOL_FILES)", file=sys.stderr)
+        return {"unreadable": RUN_NONCE}
+    return {"launches": [list(f) for f in files], "named": [list(f) for f in named]}
+
+
+def _is_script(real: str) -> bool:
+    try:
+        with open(real, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=None)
+def _package_of_cached(real: str) -> str | None:
+    """'name version' of the distribution that installed the file `real` (resolved), a
+    console script in the venv's bin/ included, or None."""
+    name = os.path.basename(real)
+    for dist in metadata.distributions():
+        for f in dist.files or ():
+            if f.name == name and os.path.realpath(dist.locate_file(f)) == real:
+                return f"{dist.metadata['Name']} {dist.version}"
+    return None
 
 
 def describe_identity(identity: dict) -> str:

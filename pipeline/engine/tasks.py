@@ -102,7 +102,7 @@ def _target_keys(cfg: Config) -> dict:
     for target in cfg.targets:
         p = target.profile
         identity = {"target": p.name, "toolchain": toolchain_identity(target.toolchain)}
-        tools = {role: executable_identity(path) for role, path in target.tools(cfg.benchmark)}
+        tools = {role: executable_identity(path, **target.launchers) for role, path in target.tools(cfg.benchmark)}
         for role, tool in tools.items():
             problem = cannot_start(tool["version"] or "")
             if problem:

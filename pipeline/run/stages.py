@@ -266,7 +266,7 @@ def vmfb(case: Case, cfg: Config) -> str | None:
         profile = target.profile
         key = key_of({"stage": "vmfb", **stage_fingerprint("vmfb"),
                       "input": sha256(cfg.model_dir(case) / cfg.mlir_input(case)),
-                      "compiler": tool_digest(target.compiler), "toolchain": toolchain_identity(target.toolchain),
+                      "compiler": tool_digest(target.compiler, **target.launchers), "toolchain": toolchain_identity(target.toolchain),
                       "flags": list(target.compile_flags(case.variant)), "profiling": list(profile.profiling),
                       **({"launch": list(target.compile_launch)} if target.compile_launch else {})})
         return key, [VMFB, PROFILE] if profile.profiling else [VMFB]

@@ -418,7 +418,8 @@ def tool_identity(cfg: Config, target) -> dict:
     from pipeline.core.fingerprint import tool_digest
     from pipeline.targets.profiles import toolchain_identity
 
-    return {"compiler": tool_digest(target.compiler), "runner": tool_digest(target.runner),
+    return {"compiler": tool_digest(target.compiler, **target.launchers),
+            "runner": tool_digest(target.runner, **target.launchers),
             "toolchain": toolchain_identity(target.toolchain), "flags": list(target.profile.flags + target.extra_flags)}
 
 
