@@ -13,7 +13,7 @@ Knobs (all optional):
   CONV_SWEEP_BUDGET         stage=seconds,...: the compile and run budgets of every selected target,
                             replacing the profiles' (e.g. compile=3600 lets a slow compile finish)
   CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
-                            predicted cost, pipeline/targets/cost.py) or fixed (the hard limits only)
+                            predicted cost, pipeline/targets/cost.py) or fixed (the budgets only)
   CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
                             geometries at N = 50) or extended (adds same padding at any stride,
                             dilation, groups and depthwise, batch, non-power-of-two channels)
@@ -253,7 +253,7 @@ class Config:
         return self.build_dir / "report" / target
 
     def limit(self, case: Case, stage: str) -> Limit:
-        """The seconds one `stage` invocation (compile, run) of the case may take: the hard limit
+        """The seconds one `stage` invocation (compile, run) of the case may take: the budget
         (CONV_SWEEP_TIMEOUT, the profile's), lowered to the case's predicted cost
         (pipeline/targets/cost.py) from the target's calibration, widened by what this build
         folder's runs measured."""

@@ -91,8 +91,8 @@ def test_measure_ends_when_the_process_exits_not_when_its_children_close_its_out
 
 
 def test_a_false_cut_is_a_predicted_cut_whose_tool_ended_by_itself_under_the_fixed_limit(tmp_path):
-    reasons = {"predicted": {"hang": "t timed out after 20 s: cut at its predicted limit (...)",
-                             "slow": "t timed out after 20 s: cut at its predicted limit (...)", "ok": "3 checks"},
+    reasons = {"predicted": {"hang": "t timed out after 20 s: its predicted limit (max(...)), under its run budget of 240 s",
+                             "slow": "t timed out after 20 s: its predicted limit (max(...)), under its run budget of 240 s", "ok": "3 checks"},
                "fixed": {"hang": "t timed out after 600 s", "slow": "t exit status 1: error: x", "ok": "3 checks"}}
     for mode, cases in reasons.items():
         for case, reason in cases.items():

@@ -185,7 +185,7 @@ def test_the_last_run_s_durations_come_first(tmp_path):
     entries = [
         {"case": small.name, "status": "pass", "stages": {"model": {"seconds": 1.0}, "run": {"seconds": 40.0}}},
         {"case": cut.name, "status": "xfail", "stage": "run", "stages": {"model": {"seconds": 1.0}},
-         "reason": "iree-run-module timed out after 20 s: cut at its predicted limit (...)",
+         "reason": "iree-run-module timed out after 20 s: its predicted limit (max(...)), under its run budget of 600 s",
          "notes": {"outcome": "error"}},
         {"case": unknown.name, "status": "xfail", "stage": "compile", "stages": {"model": {"seconds": 1.0}},
          "reason": "iree-compile exit status 1: error: boom", "notes": {"outcome": "error"}},

@@ -261,7 +261,7 @@ def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
     def outcomes(build):
         return {p.parent.parent.name: json.loads(p.read_text()) for p in Path(build).glob(f"cases/*/{target}/result.json")}
 
-    cut = {name for name, r in outcomes(predicted).items() if "cut at its predicted limit" in (r.get("reason") or "")}
+    cut = {name for name, r in outcomes(predicted).items() if ": its predicted limit (" in (r.get("reason") or "")}
     return sorted(name for name, r in outcomes(fixed).items() if name in cut and "timed out" not in (r.get("reason") or ""))
 
 

@@ -52,7 +52,7 @@ class Profile:
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
-    timeouts: tuple = ()  # (stage, cost.Rule) pairs: hard limit, margin and floor of compile and run
+    timeouts: tuple = ()  # (stage, cost.Rule) pairs: budget (hard limit), margin and floor of compile and run
     calibration: str | None = None  # the cost calibration file; None: pipeline/targets/costs/<name>.json
     fixed_addresses: bool = False  # start the compiler with address-space randomization off (compiler.py)
     # compile flags that each turn one optional transformation off: `doit bugreport` tries each
