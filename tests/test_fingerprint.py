@@ -1,7 +1,9 @@
 """What identifies a stage's inputs: the verify key covers every module that can change a
 verdict, and a tool without --version is never identified by its error message."""
 import ast
+import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +146,74 @@ def test_a_cycle_and_trusted_or_installed_targets(tmp_path):
     venv_tool = Path(sys.executable).parent / "iree-compile"
     assert venv_tool.read_bytes().startswith(b"#!")
     assert launched_identity(os.path.realpath(venv_tool)) == {}
+
+
+def test_an_exec_counts_after_assignments_and_operators_and_its_literal_arguments_are_followed(tmp_path):
+    from pipeline.core.fingerprint import launched, tool_digest
+
+    assert "cannot be read" in launched(str(_sh(tmp_path / "a.sh", 'LD_LIBRARY_PATH=/x exec "$REAL" "$@"\n')))[1]
+    either = _sh(tmp_path / "b.sh", 'case "$1" in\n  *.mlirbc) exec /bin/true;;\nesac\n'
+                                    '[ -n "$DEV" ] && exec "$DEV" "$@"\nexec /bin/true "$@"\n')
+    assert "line 5" in launched(str(either))[1]  # the second exec, after &&, is not read past
+    flip = tmp_path / "flip.py"
+    flip.write_text("print('v1')\n")
+    through = _sh(tmp_path / "c.sh", f'exec {sys.executable} ./flip.py "$@" 2>/dev/null\n')
+    files, problem = launched(str(through))
+    assert problem is None and [f for f, _ in files] == [os.path.realpath(sys.executable), str(flip)]
+    before = tool_digest(str(through))
+    flip.write_text("print('v2')\n")  # the interpreter's script is what changed
+    assert tool_digest(str(through)) != before
+
+
+def test_a_script_not_run_by_a_shell_or_too_deep_cannot_be_read(tmp_path):
+    from pipeline.core.fingerprint import MAX_DEPTH, launched
+
+    python = tmp_path / "w.py"
+    python.write_text("#!/usr/bin/env python3\nimport os\nos.execv('/bin/true', ['true'])\n")
+    assert "is a python3 script" in launched(str(python))[1]
+    chain = _sh(tmp_path / "s0.sh", "exec /bin/true\n")
+    for i in range(1, MAX_DEPTH + 1):
+        chain = _sh(tmp_path / f"s{i}.sh", f"exec {chain}\n")
+    assert "scripts deep" in launched(str(chain))[1]
+    assert launched(str(tmp_path / f"s{MAX_DEPTH - 1}.sh"))[1] is None
+
+
+def test_the_toolchains_launchers_are_identified_by_its_manifest_without_a_warning(tmp_path, capsys):
+    from pipeline.core.fingerprint import TOOLCHAIN_MANIFEST, launched_identity, tool_digest
+    from pipeline.targets import toolchain
+
+    assert TOOLCHAIN_MANIFEST == toolchain.MANIFEST
+    for through_loader in (True, False):
+        install = tmp_path / f"torq-{through_loader}"
+        (install / "bin").mkdir(parents=True)
+        launcher = install / "bin" / "torq-compile"
+        toolchain._write_launcher(launcher, toolchain.TOOLS["torq-compile"], through_loader)
+        assert launched_identity(str(launcher))  # its exec target names $top: not read on its own
+        (install / TOOLCHAIN_MANIFEST).write_text(json.dumps({"tools": {"torq-compile": str(launcher)}}))
+        assert launched_identity(str(launcher)) == {}
+        assert tool_digest(str(launcher)) == tool_digest(str(launcher))  # no value new every call
+    capsys.readouterr()
+    for through_loader in (True, False):
+        launched_identity(str(tmp_path / f"torq-{through_loader}" / "bin" / "torq-compile"))
+    assert capsys.readouterr().err == ""
+
+
+def test_an_executable_identity_is_asked_again_once_the_script_it_execs_changes(tmp_path, capsys):
+    cache = tmp_path / "tool-versions.json"
+    w2 = _sh(tmp_path / "w2.sh", 'exec /bin/echo "tool 1"\n')
+    w1 = _sh(tmp_path / "w1.sh", f'exec {w2} "$@"\n')
+    first = executable_identity(str(w1), cache)
+    assert first["version"] == "tool 1" and [f for f, _ in first["launches"]] == [str(w2), os.path.realpath("/bin/echo")]
+    _sh(w2, 'exec /bin/echo "tool 2"\n')  # w1.sh keeps its size and mtime
+    assert executable_identity(str(w1), cache)["version"] == "tool 2"
+    # one whose target cannot be read: a value new every time, never kept, one warning
+    unread = _sh(tmp_path / "u.sh", 'exec "$REAL" "$@"\n')
+    a, b = executable_identity(str(unread), cache), executable_identity(str(unread), cache)
+    assert a["unreadable"] != b["unreadable"] and str(unread) not in cache.read_text()
+    assert capsys.readouterr().err.count("rebuilt every run") == 1
+
+
+def test_a_script_that_cannot_start_says_so_before_any_warning(tmp_path, capsys):
+    broken = _sh(tmp_path / "iree-compile", 'echo "$0: error while loading shared libraries: x.so" >&2\nexit 127\n')
+    assert "error while loading" in executable_identity(str(broken), tmp_path / "v.json")["version"]
+    assert capsys.readouterr().err == ""

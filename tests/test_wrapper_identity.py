@@ -1,8 +1,9 @@
 """A wrapper's identity covers what it starts (pipeline/core/fingerprint.py, launched): a
 compiler given as a script that execs another script that execs the real compiler is compiled
 with again, in this build folder and in a fresh one on the same store, once the inner script
-changes; a script whose exec target cannot be read is rebuilt every run, with one warning."""
-import json
+is replaced by one that miscompiles; a script whose exec target cannot be read is rebuilt every
+run, with one warning. One small case (onnx f32) on llvm-cpu, with the real iree-compile."""
+import sys
 
 import pytest
 
@@ -10,6 +11,26 @@ from helpers import by_stage, clean_env, doit, executed, real_compiler, results,
 
 pytestmark = pytest.mark.slow
 TINY = {"category": "tiny", "rank": 2, "spatial": [8, 8], "kernel": [3, 3], "stride": [1, 1], "c_in": 2, "c_out": 2}
+ONE_CASE = "verify:conv_onnx_f32*"
+# Compiles the imported ONNX model (its first argument) with every weight's sign flipped: the
+# weights are an f32 dense_resource blob after its 4-byte alignment header, little-endian, so
+# the sign is the top bit of each value's last byte. Then runs the real compiler (argv[1]).
+FLIP = r"""import os, re, subprocess, sys, tempfile
+real, args = sys.argv[1], sys.argv[2:]
+text = open(args[0]).read()
+def negated(m):
+    values = [m.group(2)[i:i + 8] for i in range(0, len(m.group(2)), 8)]
+    return m.group(1) + "".join(v[:6] + format(int(v[6:], 16) ^ 0x80, "02X") for v in values) + '"'
+flipped, count = re.subn(r'(weight: "0x08000000)([0-9A-F]+)"', negated, text)
+assert count == 1, "no f32 weight blob in " + args[0]
+fd, made = tempfile.mkstemp(suffix=".mlir", dir=os.path.dirname(os.path.abspath(args[0])))
+with os.fdopen(fd, "w") as f:
+    f.write(flipped)
+status = subprocess.run([real, made, *args[1:]]).returncode
+os.unlink(made)
+sys.exit(status)
+"""
+WARNING = "rebuilt every run"
 
 
 def _script(path, body: str) -> str:
@@ -24,39 +45,47 @@ def _env(tmp_path, build: str, compiler: str, **knobs):
                      CONV_SWEEP_CACHE_DIR=tmp_path / "store", **knobs)
 
 
-def test_a_changed_inner_script_is_compiled_with_again_and_its_failure_seen(tmp_path):
+def test_an_inner_script_replaced_by_a_miscompiling_one_fails_the_case(tmp_path):
     w2 = tmp_path / "w2.sh"
     _script(w2, f'exec {real_compiler()} "$@"\n')
     w1 = _script(tmp_path / "w1.sh", f'exec {w2} "$@"\n')
-    first = doit("-n", "2", "sweep", env=_env(tmp_path, "a", w1), timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    case = next(name for name, r in results(tmp_path / "a").items() if r["flavor"] == "f32" and r["backend"] == "onnx")
+    first = doit(ONE_CASE, env=_env(tmp_path, "a", w1), timeout=600)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert WARNING not in first.stdout + first.stderr  # followed to the end: nothing to warn of
+    [(case, found)] = results(tmp_path / "a").items()
+    assert found["status"] == "pass", found
+    good = (tmp_path / "a" / "cases" / case / "llvm-cpu" / "model.vmfb").read_bytes()
 
-    _script(w2, 'echo "error: this build of the compiler is broken" >&2\nexit 1\n')  # w1.sh is unchanged
-    again = doit("-r", "json", f"verify:{case}", env=_env(tmp_path, "a", w1), timeout=600)
+    (tmp_path / "flip.py").write_text(FLIP)
+    _script(w2, f'exec {sys.executable} {tmp_path / "flip.py"} {real_compiler()} "$@"\n')  # w1.sh is unchanged
+    again = doit("-r", "json", ONE_CASE, env=_env(tmp_path, "a", w1), timeout=600)
     assert again.returncode != 0
     assert by_stage(executed(again))["vmfb"] == 1  # compiled again, not taken as up to date
+    assert WARNING not in again.stdout + again.stderr
     found = results(tmp_path / "a")[case]
-    assert (found["status"], found["stage"]) == ("error", "compile") and "broken" in found["reason"], found
+    assert (found["status"], found["stage"]) == ("fail", "verify") and "outside tolerance" in found["reason"], found
 
-    fresh = doit("-n", "2", "sweep", env=_env(tmp_path, "b", w1), timeout=600)  # the same store
+    fresh = doit("-r", "json", ONE_CASE, env=_env(tmp_path, "b", w1), timeout=600)  # the same store
     assert fresh.returncode != 0
-    assert all(r["stage"] == "compile" for r in results(tmp_path / "b").values())
+    assert by_stage(executed(fresh))["vmfb"] == 1
+    found = results(tmp_path / "b")[case]
+    assert (found["status"], found["stage"]) == ("fail", "verify"), found
+    module = f"cases/{case}/llvm-cpu/model.vmfb"  # the miscompiled one, stored under its new key
+    assert (tmp_path / "b" / module).read_bytes() == (tmp_path / "a" / module).read_bytes() != good
 
 
 def test_a_script_whose_exec_cannot_be_read_is_rebuilt_every_run_with_one_warning(tmp_path):
     unreadable = _script(tmp_path / "via-variable.sh", 'exec "$REAL_COMPILER" "$@"\n')
     env = _env(tmp_path, "a", unreadable, REAL_COMPILER=real_compiler())
-    runs = [doit("-r", "json", "sweep", env=env, timeout=600) for _ in range(2)]
-    for run in runs:
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert by_stage(executed(run))["vmfb"] == 5  # every compile, the second run too
+    for _ in range(2):
+        run = doit("-r", "json", ONE_CASE, env=env, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert by_stage(executed(run))["vmfb"] == 1  # compiled, the second run too
         said = run.stderr + run.stdout  # doit's json reporter keeps what a run printed in its report
-        assert said.count("via-variable.sh line 2") == 1, said
-        assert "rebuilt every run" in said
+        assert said.count("via-variable.sh line 2") == 1 and said.count(WARNING) == 1, said
     # naming the files that identify it makes it a tool like any other: up to date the next time
     named = _env(tmp_path, "a", unreadable, REAL_COMPILER=real_compiler(), CONV_SWEEP_TOOL_FILES=real_compiler())
-    doit("sweep", env=named, timeout=600)
-    quiet = doit("-r", "json", "sweep", env=named, timeout=600)
+    assert doit(ONE_CASE, env=named, timeout=600).returncode == 0
+    quiet = doit("-r", "json", ONE_CASE, env=named, timeout=600)
     assert quiet.returncode == 0 and by_stage(executed(quiet))["vmfb"] == 0
-    assert "rebuilt every run" not in quiet.stderr + quiet.stdout
+    assert WARNING not in quiet.stderr + quiet.stdout

@@ -151,10 +151,12 @@ def executable_identity(path: str, cache: Path | None = None, trusted: frozenset
     by its file's SHA-256. Worked out once per identity and kept in `cache` (TOOL_VERSIONS,
     shared by every build folder of the machine: a second folder does not ask again). A
     launcher script's identity also holds what it starts (`launched_identity`), read every
-    time: a script that execs another is not the same tool once that one changes."""
+    time and part of the cache's key: a script that execs another is not the same tool once
+    that one changes. One whose launches cannot be read is asked every time, never kept."""
     real = os.path.realpath(path)
     st = os.stat(real)
-    identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    launches, problem = _launches(real, trusted, extra)
+    identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, **launches}
     key = json.dumps(identity, sort_keys=True)
     cache = Path(cache or TOOL_VERSIONS)
     known = _read_json(cache)
@@ -162,14 +164,17 @@ def executable_identity(path: str, cache: Path | None = None, trusted: frozenset
         version = ask_version(real)
         if version is not None and cannot_start(version):  # never kept: the next run asks again
             return {**identity, "version": version}
+        _warn(real, problem)
         found = {"version": version} if version is not None else \
             {"version": None, "package": _package_of(real), "sha256": sha256(real)}
+        if "unreadable" in identity:
+            return {**identity, **found}
         known[key] = found
         try:
             write_text(cache, json.dumps(known, indent=1) + "\n")
         except OSError:
             pass  # a read-only cache folder: asked again next time
-    return {**identity, **known[key], **launched_identity(real, trusted, extra)}
+    return {**identity, **known[key]}
 
 
 @lru_cache(maxsize=None)
@@ -184,32 +189,41 @@ def _content_digest(real: str, size: int, mtime_ns: int) -> str:
 def tool_digest(path: str, trusted: frozenset = frozenset(), extra: tuple = ()) -> str:
     """A tool's identity that holds on any machine: the SHA-256 of its file's content (a
     script's without its #! line, which names where it is installed), worked out once per
-    path, size and mtime, and, for a launcher script, of what it starts (`launched`)."""
+    path, size and mtime, and, for a launcher script, of what it starts (`launched`; their
+    digests, not their paths)."""
     real = os.path.realpath(path)
     st = os.stat(real)
     digest = _content_digest(real, st.st_size, st.st_mtime_ns)
     launches = launched_identity(real, trusted, extra)
     if not launches:
         return digest
+    launches = {k: [d for _, d in v] if isinstance(v, list) else v for k, v in launches.items()}
     return hashlib.sha256(json.dumps([digest, launches], sort_keys=True).encode()).hexdigest()
 
 
 # ------------------------------------------------------------------ what a launcher script starts
 
-_EXEC = re.compile(r"^\s*exec\s+(.+)$")
-RUN_NONCE = uuid.uuid4().hex  # the identity of a tool whose launches cannot be read: new every run
+TOOLCHAIN_MANIFEST = "toolchain.json"  # pipeline/targets/toolchain.py's MANIFEST (core imports no target module)
+MAX_DEPTH = 8  # scripts followed through, one starting the next
+SHELLS = ("sh", "bash", "dash", "ash", "ksh", "mksh", "zsh")  # interpreters whose scripts are read for exec
+_KEYWORDS = {"then", "do", "else", "elif", "if", "while", "until", "!", "{", "}", "time"}  # a command follows
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_OPERATOR = re.compile(r"^[();<>|&]+$")
 _warned: set[str] = set()
 
 
 def launched(path: str, trusted: frozenset = frozenset(),
              _seen: frozenset = frozenset()) -> tuple[list[tuple[str, str]], str | None]:
     """What a launcher script starts: (file, SHA-256) of every executable it `exec`s, followed
-    through the scripts among them, and why it cannot be read (None where it can). A file that
-    is not a script (no #!) starts nothing this can see: ([], None). An exec target must be a
-    literal path (absolute, or relative to the script's folder) or a name on PATH; one built
-    from a variable or a command's output, a script without an exec line, or a cycle, cannot
-    be read. A target that a Python distribution installed (the venv's iree-compile), or one of
-    `trusted` (the toolchain's launchers), is not followed: its package or toolchain tells it."""
+    through the scripts among them, with the files named as literal paths among their
+    arguments (`exec python3 ./flip.py "$@"`: the interpreter and flip.py), and why it cannot be
+    read (None where it can). A file that is not a script (no #!) starts nothing this can see:
+    ([], None). An exec target must be a literal path (absolute, or relative to the script's
+    folder) or a name on PATH; one built from a variable or a command's output, a script without
+    an exec line, one not run by a shell, a cycle or a chain deeper than MAX_DEPTH cannot be
+    read. A target that a Python distribution installed (the venv's iree-compile), one of
+    `trusted` or a launcher of an installed Torq toolchain is not followed: its package or
+    toolchain identifies it."""
     real = os.path.realpath(path)
     try:
         with open(real, "rb") as f:
@@ -221,28 +235,25 @@ def launched(path: str, trusted: frozenset = frozenset(),
         return [], f"{real} cannot be read: {err.strerror}"
     if real in _seen:
         return [], f"{real} starts itself again"
+    if len(_seen) >= MAX_DEPTH:
+        return [], f"{real} is more than {MAX_DEPTH} scripts deep"
+    shell = _interpreter(text.split("\n", 1)[0])
+    if shell not in SHELLS:
+        return [], f"{real} is a {shell or 'non-shell'} script: what it runs cannot be read"
     found, targets = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        match = _EXEC.match(line)
-        if not match:
-            continue
-        try:
-            words = [w for w in shlex.split(match.group(1), comments=True) if "=" not in w.split("/")[0]]
-        except ValueError:
-            words = []
+    for number, line, words in _exec_commands(text):
         command = words[0] if words else ""
         if not command or any(c in command for c in "$`"):
             return [], f"{real} line {number}: `{line.strip()}` starts a command that cannot be read"
-        target = command if os.path.isabs(command) else \
-            os.path.join(os.path.dirname(real), command) if "/" in command else shutil.which(command)
+        target = _literal_file(command, real) if "/" in command else shutil.which(command)
         if not target or not os.path.isfile(target):
             return [], f"{real} line {number}: `{line.strip()}`: {command} is not a file"
-        targets.append(os.path.realpath(target))
+        targets.append((os.path.realpath(target), [f for f in (_literal_file(w, real) for w in words[1:]) if f]))
     if not targets:
         return [], f"{real} has no exec line whose command can be read: what it runs is unknown"
-    for target in targets:
-        found.append((target, sha256(target)))
-        if target in trusted or _package_of_cached(target):
+    for target, arguments in targets:
+        found += [(f, _file_digest(f)) for f in (target, *arguments)]
+        if target in trusted or _toolchain_launcher(target) or _package_of_cached(target):
             continue
         more, problem = launched(target, trusted, _seen | {real})
         if problem:
@@ -254,21 +265,120 @@ def launched(path: str, trusted: frozenset = frozenset(),
 def launched_identity(real: str, trusted: frozenset = frozenset(), extra: tuple = ()) -> dict:
     """What joins a tool's identity besides its own file: for a launcher script (not one a
     Python distribution installed, which its package's version identifies, nor one of
-    `trusted`, the installed toolchain's launchers, which its wheel digests identify), the
+    `trusted` or an installed Torq toolchain's launcher, which its wheel digests identify), the
     files it starts (`launched`) and the files the user names (CONV_SWEEP_TOOL_FILES,
-    `extra`); where neither tells what it runs, a value new every run, so that neither the
-    store nor an up-to-date check ever reuses what it built (with one warning)."""
-    if real in trusted or not _is_script(real) or _package_of_cached(real):
-        return {}
+    `extra`); where neither tells what it runs, a value new at every call, so that neither the
+    store nor an up-to-date check ever reuses what it built (with one warning per process)."""
+    launches, problem = _launches(real, trusted, extra)
+    _warn(real, problem)
+    return launches
+
+
+def _launches(real: str, trusted: frozenset, extra: tuple) -> tuple[dict, str | None]:
+    """launched_identity's value, and why what the tool runs cannot be read (None where it can)."""
+    if real in trusted or not _is_script(real) or _toolchain_launcher(real) or _package_of_cached(real):
+        return {}, None
     files, problem = launched(real, trusted)
-    named = [(f, sha256(f)) for f in extra]
+    named = [(f, _file_digest(os.path.realpath(f))) for f in extra]
     if problem and not named:
-        if real not in _warned:
-            _warned.add(real)
-            print(f"conv-sweep: warning: {problem}; its outputs are rebuilt every run (name the files that "
-                  f"identify it in CONV_SWEEP_TOOL_FILES)", file=sys.stderr)
-        return {"unreadable": RUN_NONCE}
-    return {"launches": [list(f) for f in files], "named": [list(f) for f in named]}
+        return {"unreadable": uuid.uuid4().hex}, problem
+    return {"launches": [list(f) for f in files], "named": [list(f) for f in named]}, None
+
+
+def _warn(real: str, problem: str | None) -> None:
+    """Say once per process that a tool's outputs are rebuilt every run, and why."""
+    if problem and real not in _warned:
+        _warned.add(real)
+        print(f"conv-sweep: warning: {problem}; {real}'s outputs are rebuilt every run (name the files "
+              f"that identify it in CONV_SWEEP_TOOL_FILES)", file=sys.stderr, flush=True)
+
+
+def _exec_commands(text: str):
+    """(line number, line, words) of every `exec` of a shell script that runs a command: its
+    command and arguments, quotes removed, without exec's options and the redirections. An
+    exec counts wherever a command may start: after assignments (`VAR=x exec ...`), `;`, `&&`,
+    `||`, a case pattern's `)`, `then`, `do`; one on a line that cannot be split has no words."""
+    number, lines = 0, text.split("\n")
+    while number < len(lines):
+        start, line = number + 1, lines[number]
+        number += 1
+        while line.endswith("\\") and number < len(lines):  # a continued line
+            line, number = line[:-1] + " " + lines[number], number + 1
+        words = shlex.shlex(line, posix=True, punctuation_chars=True)
+        words.whitespace_split, words.commenters = True, ""
+        try:
+            tokens = list(words)
+        except ValueError:
+            if re.search(r"(^|[\s;&|()])exec(\s|$)", line):
+                yield start, line, []
+            continue
+        tokens = tokens[:next((i for i, t in enumerate(tokens) if t.startswith("#")), len(tokens))]
+        at_command, i = True, 0
+        while i < len(tokens):
+            token = tokens[i]
+            if _OPERATOR.match(token):
+                i += 2 if ("<" in token or ">" in token) else 1  # a redirection and its file
+                at_command = at_command or not ("<" in token or ">" in token)
+                continue
+            if at_command and (token in _KEYWORDS or _ASSIGNMENT.match(token)):
+                i += 1
+                continue
+            if at_command and token == "exec":
+                command, i = _exec_words(tokens, i + 1)
+                if command:
+                    yield start, line, command
+            else:
+                i += 1
+            at_command = False
+
+
+def _exec_words(tokens: list[str], i: int) -> tuple[list[str], int]:
+    """The command exec runs from tokens[i] on (none for an exec of redirections only), and
+    where its command ends."""
+    words = []
+    while i < len(tokens) and not (_OPERATOR.match(tokens[i]) and not ("<" in tokens[i] or ">" in tokens[i])):
+        if _OPERATOR.match(tokens[i]):
+            i += 2  # a redirection and its file
+        elif tokens[i].isdigit() and i + 1 < len(tokens) and tokens[i + 1][:1] in "<>":
+            i += 1  # the descriptor a redirection names
+        else:
+            words.append(tokens[i])
+            i += 1
+    while words[:1] and words[0] in ("-c", "-l", "-cl", "-lc", "-a"):
+        words = words[2:] if words[0] == "-a" else words[1:]
+    return words, i
+
+
+def _interpreter(first_line: str) -> str:
+    """The name of the program a #! line runs the script with (`env`'s program for /usr/bin/env)."""
+    words = first_line[2:].split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return os.path.basename(words[0]) if words else ""
+
+
+def _literal_file(word: str, script: str) -> str | None:
+    """The existing file a literal path names (absolute, or relative to the script's folder)."""
+    if "/" not in word or any(c in word for c in "$`*?") or word.startswith("-"):
+        return None
+    path = os.path.realpath(os.path.join(os.path.dirname(script), word))
+    return path if os.path.isfile(path) else None
+
+
+def _file_digest(real: str) -> str:
+    """The SHA-256 of a file's content (a script's without its #! line), once per size and mtime."""
+    st = os.stat(real)
+    return _content_digest(real, st.st_size, st.st_mtime_ns)
+
+
+def _toolchain_launcher(real: str) -> bool:
+    """Whether `real` is a launcher `doit toolchain` wrote (bin/<tool> of an install folder whose
+    manifest lists the tool): its wheels' digests identify it (profiles.toolchain_identity)."""
+    folder = Path(real).parent
+    if folder.name != "bin":
+        return False
+    manifest = _read_json(folder.parent / TOOLCHAIN_MANIFEST)
+    return isinstance(manifest.get("tools"), dict) and Path(real).name in manifest["tools"]
 
 
 def _is_script(real: str) -> bool:
@@ -325,13 +435,5 @@ def ask_version(path: str) -> str | None:
 
 def _package_of(path: str) -> str | None:
     """'name version' of the installed distribution whose files include `path`, if any."""
-    for dist in metadata.distributions():
-        root = Path(dist.locate_file(""))
-        try:
-            relative = Path(path).resolve().relative_to(root.resolve())
-        except ValueError:
-            continue
-        if any(Path(str(f)) == relative for f in dist.files or ()):
-            return f"{dist.metadata['Name']} {dist.version}"
-    return None
+    return _package_of_cached(os.path.realpath(path))
 
