@@ -54,10 +54,12 @@ def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
             assert result["status"] == "pass", (name, result["reason"])
             continue
         variant = f"{result['backend']}_{result['flavor']}"
-        assert (result["status"], result["stage"]) == ("error", "compile"), name
+        status = "timeout" if variant == "tflite_w8i8" else "error"  # the hang is cut at its limit
+        assert (result["status"], result["stage"]) == (status, "compile"), name
         assert EXPECTED[variant] in result["reason"], (name, result["reason"])
         assert "compile.log" in result["log"] and (tmp_path / "build" / "cases" / name / "llvm-cpu" / "compile.log").exists()
-        assert f"{name}@llvm-cpu: compile failed: " in run.stdout + run.stderr
+        said = "compile TIMEOUT: " if status == "timeout" else "compile failed: "
+        assert f"{name}@llvm-cpu: {said}" in run.stdout + run.stderr
 
     # failed cases are re-attempted on the next run, and only they
     rerun = doit("-n", "2", "-r", "json", "sweep", env=env, timeout=300)

@@ -27,7 +27,7 @@ case "$PWD/$1" in  # the compiler runs in the case's folder, on ../model.mlir
 esac
 exec {real} "$@"
 """
-INJECTED = ("compile: iree-compile-wrapper exit status <n>: <path>:<n>:<n>: "
+INJECTED = ("compile: <tool> exit status <n>: <loc>: "
             "error: 'linalg.conv_1d' op injected failure for <shape> operands")
 ISSUE = "synaptics-torq/torq-compiler#123"
 EXPECTED = [
@@ -289,7 +289,7 @@ def test_a_numeric_failure_buckets_by_its_failed_checks():
                                           "got 2, tolerance 0.5); vs b (bound): 1 of 9 elements outside tolerance; x"}
     assert signature(both) == "verify: vs a + vs b (bound): elements outside tolerance"
     assert signature({"stage": "compile", "reason": "tool exit status 1: error at 12"}) == \
-        "compile: tool exit status <n>: error at <n>"
+        "compile: <tool> exit status <n>: error at <n>"
 
 
 def test_a_stage_within_the_day_spread_of_its_budget_is_near_it():

@@ -42,7 +42,7 @@ if status == 0 and out and ("conv_onnx_f32_w9" in module or "conv_tflite_f32_w9"
     np.save(out, y)
 sys.exit(status)
 """
-COMPILE_BUCKET = "compile: iree-compile-wrapper exit status <n>: error: 'tosa.conv2d' op injected failure"
+COMPILE_BUCKET = "compile: <tool> exit status <n>: error: 'tosa.conv2d' op injected failure"
 LISTED = [
     # crashes where the list expects an error message: changed at compile
     {"case": f"conv_tflite_f32_{G1}", "stage": "compile", "bucket": COMPILE_BUCKET, "issue": "https://bugs.example/1"},
@@ -74,7 +74,9 @@ def scenario(tmp_path_factory):
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp / "spec.json", GEOMETRIES), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp / "build", CONV_SWEEP_IREE_COMPILE=compiler,
                     CONV_SWEEP_TARGETS_FILE=targets, CONV_SWEEP_EXPECTED_FAILURES=expected,
-                    CONV_SWEEP_PROGRESS_INTERVAL=0)
+                    CONV_SWEEP_PROGRESS_INTERVAL=0,
+                    # the run tool is a Python script: what it runs is named, so that it is a tool like any other
+                    CONV_SWEEP_TOOL_FILES=Config.from_env(clean_env()).target("llvm-cpu").runner)
     run = doit("-n", "2", "sweep", env=env)
     return {"tmp": tmp, "env": env, "run": run, "build": tmp / "build", "expected": expected}
 
@@ -95,10 +97,10 @@ def test_a_different_failure_at_the_listed_stage_is_changed_and_fails_the_run(sc
     assert sum(s == ("pass", None) for s in status.values()) == 5
     crashed = results(scenario["build"])[f"conv_tflite_f32_{G1}"]
     assert crashed["notes"]["expected_bucket"] == COMPILE_BUCKET
-    assert crashed["notes"]["observed_bucket"] == "compile: iree-compile-wrapper killed by signal SIGSEGV"
+    assert crashed["notes"]["observed_bucket"] == "compile: <tool> killed by signal SIGSEGV"
     out = run.stdout + run.stderr
     assert f"conv_tflite_f32_{G1}@llvm-cpu: CHANGED at compile: listed as [{COMPILE_BUCKET}], failed as " \
-           "[compile: iree-compile-wrapper killed by signal SIGSEGV]" in out
+           "[compile: <tool> killed by signal SIGSEGV]" in out
     assert re.search(r"^total\s+5\s+0\s+3\s+2\s+0\s+10$", run.stdout, re.M), run.stdout[-3000:]
     assert "CHANGED: 3 listed cases failed at their stage with another signature" in run.stdout
 
@@ -128,7 +130,7 @@ def test_accept_failures_rewrites_buckets_and_keeps_links(scenario):
     assert "5 entries: 0 added, 3 changed, 0 removed" in run.stdout
     entries = {e["case"]: e for e in json.loads(scenario["expected"].read_text())["expected_failures"]}
     assert entries[f"conv_tflite_w8if32_{G1}"] == LISTED[1]  # unchanged: links and comment kept
-    assert entries[f"conv_tflite_f32_{G1}"]["bucket"] == "compile: iree-compile-wrapper killed by signal SIGSEGV"
+    assert entries[f"conv_tflite_f32_{G1}"]["bucket"] == "compile: <tool> killed by signal SIGSEGV"
     assert entries[f"conv_tflite_f32_{G1}"]["issue"] == "https://bugs.example/1"
     assert entries[f"conv_tflite_f32_{G2}"]["bucket"] == \
         "verify: vs TFLite interpreter: elements outside tolerance"
