@@ -7,7 +7,7 @@ functions (pipeline/triage/shrink.py: run_tasks) with the flag after the target'
 a build folder of its own (<shrink folder>/trials/), with the store of stage outputs off (a
 trial is timed) and the model and MLIR copied from the case's folder. Each compile and run
 has the limit the sweep would give it; on a timeout bucket the minimal case's compile without a
-flag, which carries MLIR's pass timing (pipeline/triage/timing.py), may run on to what is left
+flag, which carries MLIR's pass timing (pipeline/triage/timing.py), may run on to half of what is left
 of the bucket's budget, so that it shows where the time goes. No trial starts once the bucket's
 budget is spent: the report names the flags not tried.
 
@@ -162,7 +162,9 @@ def examine(cfg: Config, bucket: str, summary: dict, minimal: Case, original: Ca
         if time.monotonic() > deadline:
             untried.setdefault(minimal.name, []).append(flag or "(no flag)")
             continue
-        allowance = max(1.0, deadline - time.monotonic()) if timed and flag is None else None
+        # the timed compile without a flag may run past its limit to show where the time goes,
+        # but for half of what is left at most: the flags keep the rest
+        allowance = max(1.0, (deadline - time.monotonic()) / 2) if timed and flag is None else None
         trial = run_trial(cfg, minimal, _folder(root / "minimal", index, flag), flag, stage,
                           Path(summary["minimal"]["folder"]).parent, extra, allowance)
         mins.append(trial)
