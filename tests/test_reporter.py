@@ -60,6 +60,17 @@ def test_time_left_counts_the_planned_work_over_the_workers_when_no_chain_domina
     assert progress.left() == (60 - 8) / 2
 
 
+def _never_falling(progress, clock, steps: int, step: float) -> list:
+    """The estimates while the clock moves on `steps` times by `step` s and nothing finishes;
+    each at least the one before."""
+    estimates = []
+    for _ in range(steps):
+        estimates.append(progress.left())
+        clock.now += step
+    assert all(later >= earlier for earlier, later in zip(estimates, estimates[1:])), estimates
+    return estimates
+
+
 def test_the_time_left_does_not_fall_while_nothing_finishes():
     """A task far past its plan, and one within it: time passes, nothing finishes, and the
     estimate holds or grows, never falls, up to the long one's limit and past it."""
@@ -67,11 +78,7 @@ def test_the_time_left_does_not_fall_while_nothing_finishes():
     progress.limit_of = {"vmfb:conv_big@t": 900.0}.get
     progress.executing("vmfb:conv_big@t")
     progress.executing("vmfb:conv_a@t")
-    estimates = []
-    for _ in range(120):
-        estimates.append(progress.left())
-        clock.now += 10
-    assert all(later >= earlier for earlier, later in zip(estimates, estimates[1:])), estimates
+    estimates = _never_falling(progress, clock, steps=120, step=10)
     assert estimates[-1] > estimates[0]
 
 
@@ -162,11 +169,7 @@ def test_without_planned_costs_the_time_left_does_not_fall_while_nothing_finishe
     progress.costs = {}
     _run(progress, clock, "conv_x@t", 5, 5)
     progress.executing("vmfb:conv_y@t")
-    estimates = []
-    for _ in range(30):
-        estimates.append(progress.left())
-        clock.now += 1
-    assert all(later >= earlier for earlier, later in zip(estimates, estimates[1:])), estimates
+    _never_falling(progress, clock, steps=30, step=1)
 
 
 def test_the_line_names_the_longest_running_tasks_against_their_limits():
