@@ -270,7 +270,7 @@ class Config:
     def observe(self, case: Case, stage: str, seconds: float) -> None:
         """Record a completed invocation (its limit rises with it for larger cases)."""
         if self.target(case.target).profile.rule(stage):
-            cost.observe(self.report_dir(case.target), stage, geometry_macs(case.geometry), seconds)
+            cost.observe(self.report_dir(case.target), stage, geometry_macs(case.geometry), seconds, case.name)
 
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for

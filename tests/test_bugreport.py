@@ -15,6 +15,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.triage.bugreport import _geometry_range, select, slug, title
 from pipeline.triage.culprit import Trial, findings, flag_table
 from pipeline.triage.timing import TIMING_FLAGS, parse_timing, pass_table
+from pipeline.triage.slow import TYPICAL
 
 BUCKET = "compile: <tool> exit status <n>: <loc>: error: 'linalg.generic' op unsupported in function body"
 
@@ -103,7 +104,7 @@ case " $* " in
 esac
 exec {real} "$@"
 """
-# Every compile is predicted at 0.75 s, so anomalously slow past 4 x 0.75 s = 3 s: the 3.5 s
+# Every compile is typically 0.75 s (the calibration: the sweep completes none), so anomalously slow past 4 x 0.75 s = 3 s: the 3.5 s
 # compile budget cuts the sleeping compiles past that point; the real one, under a second, is
 # normal. Its limit is min(budget 3.5 s, max(floor 1 s, 5 x 0.75 s)) = 3.5 s.
 SLOW_PROFILE = {"base": "llvm-cpu", "flavors": ["onnx_f32"], "calibration": "cal.json",
@@ -134,7 +135,7 @@ def test_bugreport_on_a_timeout_times_the_minimal_case_and_names_the_flag_that_w
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # shrunk on "anomalously slow": every attempt past 3 s, down to one MAC
     summary = json.loads((build / "shrink" / "slow" / CUT / "shrink.json").read_text())
-    assert summary["predicate"] == {"kind": "slow", "stage": "compile", "factor": 4.0}
+    assert summary["predicate"] == {"kind": "slow", "stage": "compile", "factor": 4.0, "typical": TYPICAL}
     assert summary["minimal"]["macs"] == 1 and {t["outcome"] for t in summary["tried"]} == {"same"}
     assert [p["macs"] for p in summary["path"]][0] == 24 and summary["path"][-1]["macs"] == 1
     folder = build / "bugreports" / "slow" / slug("compile: timeout")
@@ -248,8 +249,8 @@ def test_parse_timing_sums_a_pass_over_the_reports_of_torq_compile():
     assert "(A) DominanceInfo" in dict(timing.passes) and "Rest" not in dict(timing.passes)
 
 
-def _trial(flag, seconds, status="pass", failed_at=None, reason="", sig="", limit=3.5, predicted=0.75):
-    return Trial(flag, "conv_x", 1, "compile", seconds, limit, predicted, status, failed_at, reason, sig)
+def _trial(flag, seconds, status="pass", failed_at=None, reason="", sig="", limit=3.5, typical=0.75):
+    return Trial(flag, "conv_x", 1, "compile", seconds, limit, typical, status, failed_at, reason, sig)
 
 
 def test_flag_table_gives_each_flag_its_time_ratio_and_module():

@@ -129,3 +129,14 @@ def test_observations_are_read_as_they_grow_and_a_torn_line_is_skipped(tmp_path)
     assert cost.observed(tmp_path, "run") == [(100, 1.5), (200, 2.5)]
     assert cost.observed(tmp_path, "compile") == [(100, 0.7)]
     assert cost.observed(tmp_path / "nothing", "run") == []
+
+
+def test_observations_name_their_case_where_the_line_does(tmp_path):
+    cost.observe(tmp_path, "compile", 100, 0.7, "conv_a")
+    cost.observe(tmp_path, "compile", 200, 0.9)  # a line written without its case
+    cost.observe(tmp_path, "run", 100, 1.5, "conv_a")
+    with open(tmp_path / cost.OBSERVED, "a") as f:
+        f.write('{"stage": "compile", "macs": 3')
+    assert cost.observations(tmp_path, "compile") == [("conv_a", 100, 0.7), ("", 200, 0.9)]
+    assert cost.observed(tmp_path, "compile") == [(100, 0.7), (200, 0.9)]
+    assert cost.observations(tmp_path / "nothing", "run") == []

@@ -210,7 +210,7 @@ def test_dimensions_round_trip():
 CUT, DONE = {"status": "timeout", "stage": "compile"}, {"status": "pass", "stage": None}
 
 
-@pytest.mark.parametrize("result, timed, limit, predicted, outcome", [
+@pytest.mark.parametrize("result, timed, limit, typical, outcome", [
     (CUT, None, 3.5, 0.75, "same"),  # cut at 3.5 s, past 4 x 0.75 s
     (CUT, None, 2.5, 0.75, "undecided"),  # cut before 3 s: it cannot be told slow
     (CUT, None, 60.0, None, "same"),  # no prediction: the cut is the only sign
@@ -220,8 +220,8 @@ CUT, DONE = {"status": "timeout", "stage": "compile"}, {"status": "pass", "stage
     ({"status": "error", "stage": "compile"}, None, None, 0.75, "other"),
     ({"status": "error", "stage": "import"}, None, None, 0.75, "other"),
 ])
-def test_slow_judges_a_compile_by_its_time_against_its_prediction(result, timed, limit, predicted, outcome):
-    assert Slow("compile").judge(result, timed, limit, predicted) == outcome
+def test_slow_judges_a_compile_by_its_time_against_its_typical_seconds(result, timed, limit, typical, outcome):
+    assert Slow("compile").judge(result, timed, limit, typical) == outcome
 
 
 def test_slow_on_a_run_keeps_a_slow_run_whatever_its_check_said():
@@ -239,3 +239,30 @@ def test_slow_factor_is_below_every_built_in_margin():
     for profile in load_profiles().values():
         for stage, rule in profile.timeouts:
             assert rule.margin > SLOW_FACTOR, (profile.name, stage)
+
+
+def test_typical_seconds_are_the_sweeps_other_cases_not_the_anomaly(tmp_path):
+    """The giant torq compile made the calibration predict 563 s for every case from 46 M MACs
+    up; what is typical at its size is what the sweep's other compiles of that size took."""
+    from pipeline.config import Config
+    from pipeline.space.cases import Case
+    from pipeline.targets import cost
+    from pipeline.triage.slow import predicted_seconds, typical_seconds
+
+    cfg = Config.from_env(clean_env(CONV_SWEEP_TARGET="torq", CONV_SWEEP_BUILD_DIR=tmp_path))
+    g = Geometry(2, (52, 39), (7, 1), (5, 5), 512, 512, "valid")
+    giant, twin = (Case(g, "onnx", f, target="torq") for f in ("bf16", "f32"))
+    assert giant.name == "conv_onnx_bf16_w39_h52_f512_k7_c512_khw7x1_s5x5_pvalid"
+    assert twin.name in {e.case for e in cfg.target("torq").expectations if e.may_finish}  # listed `compile: timeout`
+    assert typical_seconds(cfg, giant, "compile") == predicted_seconds(cfg, giant, "compile") == 563.4
+    report = cfg.report_dir("torq")
+    cost.observe(report, "compile", 146800640, 1800.0, giant.name)  # the case itself, under a raised budget
+    cost.observe(report, "compile", 146800640, 1700.0, twin.name)  # listed as a timeout
+    cost.observe(report, "compile", 146800640, 1600.0, "conv_shrunk_original")  # a shrink's original
+    cost.observe(report, "compile", 383516672, 22.9, "conv_onnx_f32_w37_h59_f128_k4_c512_khw4x7_s3x3_pvalid")
+    cost.observe(report, "compile", 155713536, 13.0, "conv_onnx_f32_w24_h59_f128_k9_c512_khw9x3_s7x2_pvalid")
+    assert typical_seconds(cfg, giant, "compile", ("conv_shrunk_original",)) == 22.9
+    assert typical_seconds(cfg, giant, "compile") == 1600.0  # without naming the shrink's original
+    smaller = Case(Geometry(2, (52, 39), (7, 1), (5, 5), 383, 512, "valid"), "onnx", "bf16",
+                   target="torq")  # 109.8 M MACs: cases up to 347 M count
+    assert typical_seconds(cfg, smaller, "compile", ("conv_shrunk_original",)) == 13.0

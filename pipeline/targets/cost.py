@@ -230,11 +230,12 @@ def write_calibration(target: str, samples: dict[str, list], measured: str, path
 
 # ------------------------------------------------------------------ a run's own observations
 
-def observe(report_dir: Path, stage: str, count: int, seconds: float) -> None:
-    """Record one completed invocation in the build folder (one appended line: concurrent
-    writers do not interleave within a line this short)."""
+def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str = "") -> None:
+    """Record one completed invocation of `case` in the build folder (one appended line:
+    concurrent writers do not interleave within a line this short)."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"stage": stage, "macs": count, "seconds": round(seconds, 3)}) + "\n"
+    entry = {"stage": stage, "macs": count, "seconds": round(seconds, 3), **({"case": case} if case else {})}
+    line = json.dumps(entry) + "\n"
     fd = os.open(report_dir / OBSERVED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -260,11 +261,27 @@ def observed(report_dir: Path, stage: str) -> list[tuple[int, float]]:
     except OSError:
         return []
     complete = data[:data.rfind(b"\n") + 1]
-    for line in complete.decode(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-            samples.setdefault(entry["stage"], []).append((int(entry["macs"]), float(entry["seconds"])))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue
+    for stage_of, count, seconds, _ in _entries(complete.decode(errors="replace")):
+        samples.setdefault(stage_of, []).append((count, seconds))
     _seen[path] = (offset + len(complete), samples)
     return list(samples.get(stage, []))
+
+
+def observations(report_dir: Path, stage: str) -> list[tuple[str, int, float]]:
+    """(case name, MACs, seconds) of each completed invocation of `stage` recorded in this build
+    folder (read whole; a torn line is skipped; the name is "" in lines written without it)."""
+    try:
+        text = (Path(report_dir) / OBSERVED).read_text(errors="replace")
+    except OSError:
+        return []
+    return [(case, count, seconds) for stage_of, count, seconds, case in _entries(text) if stage_of == stage]
+
+
+def _entries(text: str):
+    """(stage, MACs, seconds, case name or "") of each well-formed line of an observation file."""
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            yield entry["stage"], int(entry["macs"]), float(entry["seconds"]), str(entry.get("case", ""))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            continue

@@ -84,7 +84,7 @@ def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) 
     timeout bucket: shrunk on today's predicate)."""
     from pipeline.outcome.result import STAGES_FILE
     from pipeline.triage.shrink import SHRINK_DIR
-    from pipeline.triage.slow import SLOW_FACTOR
+    from pipeline.triage.slow import SLOW_FACTOR, TYPICAL
 
     best = None
     for path in sorted((cfg.build_dir / SHRINK_DIR / target.name).glob("*/shrink.json")):
@@ -96,8 +96,9 @@ def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) 
                 bool(summary.get("keep_data")) != keep_data:
             continue
         predicate = summary.get("predicate") or {"kind": "same"}
-        if bucket.endswith(": timeout") and (predicate["kind"] == "same" or predicate.get("factor") != SLOW_FACTOR):
-            continue  # shrunk on the cut itself, or on another factor
+        if bucket.endswith(": timeout") and (predicate["kind"] == "same" or predicate.get("factor") != SLOW_FACTOR
+                                             or predicate.get("typical") != TYPICAL):
+            continue  # shrunk on another predicate: another factor, or seconds typical by another measure
         folder = Path(summary["minimal"]["folder"])
         if read_result(folder) is None and not (folder / STAGES_FILE).is_file():
             continue
@@ -188,13 +189,13 @@ def _slow(shrunk: dict | None, entries: list[dict]) -> tuple[dict, float] | None
     result entry) and the seconds past which it is anomalous; else None."""
     kept = (shrunk or {}).get("predicate") or {}
     m = (shrunk or {}).get("minimal") or {}
-    if kept.get("kind") != "slow" or not m.get("predicted"):
+    if kept.get("kind") != "slow" or not m.get("typical"):
         return None
-    stage, threshold = kept["stage"], kept["factor"] * m["predicted"]
+    stage, threshold = kept["stage"], kept["factor"] * m["typical"]
     took = f"took {m['timed']:.3g} s" if m.get("timed") is not None else f"was cut at {m['limit']:g} s"
     swept = next((e for e in entries if e["case"] == shrunk["original"]["case"]), entries[0])
-    reason = (f"The minimal case's {stage} {took}, more than {kept['factor']:g} x its predicted "
-              f"{m['predicted']:.3g} s: anomalously slow. The sweep's `{swept['case']}` was cut: {swept['reason']}")
+    reason = (f"The minimal case's {stage} {took}, more than {kept['factor']:g} x its typical "
+              f"{m['typical']:.3g} s: anomalously slow. The sweep's `{swept['case']}` was cut: {swept['reason']}")
     return {"stage": stage, "reason": reason}, threshold
 
 
@@ -230,7 +231,7 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     lines += ["## What happens", "", "```", (result.get("reason") or "")[:3000], "```", ""]
     if slow is not None:
         lines += [f"`repro.sh` gives the {slow[0]['stage']} {max(1, round(slow[1]))} s ({shrunk['predicate']['factor']:g} "
-                  "x its predicted seconds, from the target's calibration), so it fails while the "
+                  "x its typical seconds, from the sweep's other cases of that size), so it fails while the "
                   f"{slow[0]['stage']} is anomalously slow.", ""]
     if result.get("stage") == "verify" and check:
         failed = [m for m in (result.get("metrics") or {}).values() if not m.get("passed")]
@@ -272,7 +273,7 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
                   + (", stopped by the time budget: the smallest found in it" if shrunk.get("stopped_by_budget") else "")
                   + (", each attempt failing the same way." if (shrunk.get("predicate") or {}).get("kind") != "slow"
                      else f", each attempt's {shrunk['predicate']['stage']} more than {shrunk['predicate']['factor']:g} "
-                          "x its predicted seconds (or cut at a limit past that)."), ""]
+                          "x its typical seconds (or cut at a limit past that)."), ""]
     lines += ["---", f"Bucket: `{bucket}`", ""]
     path = folder / "report.md"
     write_text(path, "\n".join(lines))
@@ -327,7 +328,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
             elif budget > 0:
                 log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
                 try:
-                    summary = shrink(case, cfg, log=lambda line: None, budget=budget * SHRINK_SHARE,
+                    summary = shrink(case, cfg, log=lambda line: log("  " + line), budget=budget * SHRINK_SHARE,
                                      keep_data=keep_data)
                 except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
                     log(f"  {err}; reporting the sweep's case as it is")

@@ -33,7 +33,7 @@ from pipeline.results.report import signature
 from pipeline.space.cases import Case
 from pipeline.space.geometry import macs
 from pipeline.triage.shrink import run_tasks
-from pipeline.triage.slow import SLOW_FACTOR, predicted_seconds, stage_seconds
+from pipeline.triage.slow import SLOW_FACTOR, stage_seconds, typical_seconds
 from pipeline.triage.timing import TIMING_FLAGS, Timing, growth_table, parse_timing, pass_table, path_points
 
 TRIALS = "trials"
@@ -49,7 +49,7 @@ class Trial:
     stage: str  # the timed stage: compile, or run for a run timeout
     seconds: float | None  # how long that stage ran, where it ended by itself
     limit: float  # the limit it had
-    predicted: float | None  # its predicted seconds
+    typical: float | None  # its typical seconds (pipeline/triage/slow.py)
     status: str  # pass, compiled, fail, error, timeout, harness
     failed_at: str | None  # the stage it failed at
     reason: str
@@ -66,7 +66,7 @@ class Trial:
 
     def normal(self, factor: float = SLOW_FACTOR) -> bool:
         """Whether its timed stage ended by itself within `factor` times its prediction."""
-        return self.seconds is not None and (self.predicted is None or self.seconds <= factor * self.predicted)
+        return self.seconds is not None and (self.typical is None or self.seconds <= factor * self.typical)
 
     def module(self) -> str:
         """What became of the module: passes, or where and how it failed."""
@@ -118,7 +118,7 @@ def run_trial(cfg: Config, case: Case, folder: Path, flag: str | None, stage: st
         seconds = runs[-1][1] if runs else None
     log = tcfg.case_dir(case) / "compile.log"
     timing = parse_timing(log.read_text(errors="replace")) if TIMING_FLAGS[0] in extra and log.is_file() else None
-    return Trial(flag, case.name, macs(case.geometry), stage, seconds, limit, predicted_seconds(cfg, case, stage),
+    return Trial(flag, case.name, macs(case.geometry), stage, seconds, limit, typical_seconds(cfg, case, stage),
                  status, result.get("stage"), result.get("reason") or "",
                  signature(result) if result["status"] != "pass" else "", timing)
 
@@ -170,11 +170,11 @@ def examine(cfg: Config, bucket: str, summary: dict, minimal: Case, original: Ca
         mins.append(trial)
         log(f"  {flag or '(no flag)'} on {minimal.name}: {_took(trial)}, {trial.module()[:120]}")
     origs: list[Trial] = []
-    if timed:
+    if timed and original.name != minimal.name:  # the shrink found nothing smaller: one table says it all
         first = (summary.get("tried") or [{}])[0]
         origs.append(Trial(None, original.name, macs(original.geometry), stage, first.get("timed"),
                            first.get("limit") or cfg.limit(original, stage).seconds,
-                           predicted_seconds(cfg, original, stage), TIMEOUT, stage,
+                           typical_seconds(cfg, original, stage), TIMEOUT, stage,
                            original_reason, f"{stage}: timeout"))
         helped = {t.flag for t in mins if t.flag and t.normal()}
         for index, flag in sorted(enumerate(flags, 1), key=lambda item: item[1] not in helped):
@@ -212,7 +212,7 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
             o = by_flag.get(t.flag)
             text = (f"`{t.flag}` brings the minimal case's {stage} time back to normal: {t.seconds:.2f} s, "
                     f"against {_took(base)[len(stage) + 1:] if base else 'an unknown time'} without it"
-                    + (f" (predicted {t.predicted:.3g} s; anomalous past {SLOW_FACTOR:g} x)." if t.predicted else "."))
+                    + (f" (typical {t.typical:.3g} s; anomalous past {SLOW_FACTOR:g} x)." if t.typical else "."))
             if o is None:
                 text += " Not tried on the original case (the budget was spent)."
             elif o.normal():
@@ -242,7 +242,7 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
         out.append(f"Without a flag the minimal case now {base.module()}: the comparison is weak.")
     if base is not None and timed and base.normal():
         out.append(f"Without a flag the minimal case's {stage} took {_took(base)[len(stage) + 1:]} this time, "
-                   f"not past {SLOW_FACTOR:g} x its prediction: the comparison is weak.")
+                   f"not past {SLOW_FACTOR:g} x its typical seconds: the comparison is weak.")
     for name, left in untried.items():
         out.append(f"Not tried on `{name}`, the bucket's budget being spent: " + ", ".join(f"`{f}`" for f in left) + ".")
     return out
@@ -262,7 +262,7 @@ def flag_table(trials: list[Trial], factor: float = SLOW_FACTOR) -> list[str]:
     for t in trials:
         took = f"{t.seconds:.2f}" if t.seconds is not None else \
             f"> {t.limit:g} (cut)" if t.status == TIMEOUT and t.failed_at == t.stage else "-"
-        if t.predicted and t.seconds is not None and t.seconds > factor * t.predicted:
+        if t.typical and t.seconds is not None and t.seconds > factor * t.typical:
             took += " (slow)"
         if base is None or t is base:
             ratio = "1" if t is base and base.seconds is not None else "-"

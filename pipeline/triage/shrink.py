@@ -3,7 +3,7 @@ stage, same bucket signature) on the same target and compiler.
 
 "The same way" is a predicate on an attempt. For a timeout bucket (`compile: timeout`,
 `run: timeout`) it is "anomalously slow" (pipeline/triage/slow.py): the stage took more than
-SLOW_FACTOR times its predicted seconds, whether it finished that slowly or was cut at a limit
+SLOW_FACTOR times its typical seconds, whether it finished that slowly or was cut at a limit
 past that point. A cut says only that the tool ran past its limit, and most small
 cases' limits are their floor, far above their prediction: shrinking on the cut itself would
 end at the smallest case still needing the floor, one that never finishes, where this ends
@@ -50,7 +50,7 @@ from pipeline.outcome.result import CHANGED, ERROR, FAIL, HARNESS, TIMEOUT, XFAI
 from pipeline.outcome.verdict import outcome as raw_outcome
 from pipeline.core.tools import write_text
 from pipeline.targets.cost import OBSERVED
-from pipeline.triage.slow import Slow, predicted_seconds, stage_seconds
+from pipeline.triage.slow import Slow, stage_seconds, typical_seconds
 
 SHRINK_DIR = "shrink"
 FAILURES = (ERROR, FAIL, TIMEOUT, HARNESS)  # what an attempt's chain records as failing
@@ -66,14 +66,14 @@ class Attempt:
     seconds: float
     compiled: bool  # whether the attempt reached the compiler
     # with the slow predicate: the timed stage's seconds where it ended by itself, the limit it
-    # had (cut: it ran at least that long), and its predicted seconds
+    # had (cut: it ran at least that long), and its typical seconds
     timed: float | None = None
     limit: float | None = None
-    predicted: float | None = None
+    typical: float | None = None
 
     def to_dict(self) -> dict:
         timing = {k: round(v, 3) for k, v in (("timed", self.timed), ("limit", self.limit),
-                                                ("predicted", self.predicted)) if v is not None}
+                                                ("typical", self.typical)) if v is not None}
         return {"case": self.geometry.id, "geometry": self.geometry.to_dict(), "macs": macs(self.geometry),
                 "outcome": self.outcome, "signature": self.signature, "seconds": round(self.seconds, 3), **timing}
 
@@ -157,7 +157,7 @@ class Shrinker:
         self.seen: dict[Geometry, Attempt] = {}
         self.target: tuple[str, str] | None = None  # (stage, signature) of the failure to keep
         self.slow: Slow | None = None  # the predicate of a timeout bucket, where it is one
-        self.predict = lambda g: None  # a geometry's predicted seconds at the slow predicate's stage
+        self.predict = lambda g: None  # a geometry's typical seconds at the slow predicate's stage
         self.path: list[Geometry] = [case.geometry]  # the geometries the search moved to, in order
         self.deadline: float | None = None  # time.monotonic() after which no attempt starts
         self.best: Geometry = case.geometry  # the smallest geometry known to fail the same way
@@ -183,7 +183,7 @@ class Shrinker:
         first = self.attempts[0]
         result = read_result(self.cfg.case_dir(self.case_for(first.geometry))) or {}
         judged = replace(first, **self._timing(first.geometry, result))
-        judged = replace(judged, outcome=slow.judge(result, judged.timed, judged.limit, judged.predicted))
+        judged = replace(judged, outcome=slow.judge(result, judged.timed, judged.limit, judged.typical))
         if judged.outcome != "same":
             self.slow = None
             return False
@@ -195,7 +195,7 @@ class Shrinker:
         case, stage = self.case_for(g), self.slow.stage
         cut = result.get("status") == TIMEOUT and result.get("stage") == stage
         return {"timed": None if cut else stage_seconds(self.cfg, case, stage),
-                "limit": self.cfg.limit(case, stage).seconds if cut else None, "predicted": self.predict(g)}
+                "limit": self.cfg.limit(case, stage).seconds if cut else None, "typical": self.predict(g)}
 
     def attempt(self, g: Geometry) -> Attempt:
         if g in self.seen:
@@ -214,7 +214,7 @@ class Shrinker:
         compiled = result["status"] == "pass" or stage in ("compile", "run", "oracle", "verify")
         timing = self._timing(g, result) if self.slow else {}
         if self.slow:
-            outcome = self.slow.judge(result, timing["timed"], timing["limit"], timing["predicted"])
+            outcome = self.slow.judge(result, timing["timed"], timing["limit"], timing["typical"])
         elif self.target is None:
             outcome = "same" if result["status"] != "pass" else "pass"
         else:
@@ -345,7 +345,7 @@ def _move(shrinker: Shrinker, smaller: Geometry, start: Geometry) -> None:
 def _timed_text(a: Attempt) -> str:
     """An attempt's timed stage: its seconds, or the limit it was cut at; against its prediction."""
     took = f"{a.timed:.2f} s" if a.timed is not None else f"cut at {a.limit:g} s" if a.limit else "not reached"
-    return took + (f", predicted {a.predicted:.3g} s" if a.predicted is not None else "")
+    return took + (f", typical {a.typical:.3g} s" if a.typical is not None else "")
 
 
 def shrink_dir(cfg: Config, case: Case) -> Path:
@@ -375,13 +375,13 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep
     if original.get("status") == TIMEOUT and original.get("stage") in ("compile", "run"):
         stage = original["stage"]
         slow = Slow(stage)
-        if shrinker.use_slow(slow, lambda g: predicted_seconds(cfg, shrinker.case_for(g), stage)):
+        if shrinker.use_slow(slow, lambda g: typical_seconds(cfg, shrinker.case_for(g), stage, (case.name,))):
             predicate = slow.to_dict()
-            log(f"conv-sweep: a timeout: kept is a {stage} more than {slow.factor:g} x its predicted seconds "
+            log(f"conv-sweep: a timeout: kept is a {stage} more than {slow.factor:g} x its typical seconds "
                 f"({_timed_text(shrinker.attempts[0])})")
         else:
-            predicate = {"kind": "timeout", "stage": stage, "factor": slow.factor}
-            log(f"conv-sweep: a timeout, cut before {slow.factor:g} x its predicted seconds: kept is the cut itself")
+            predicate = {**slow.to_dict(), "kind": "timeout"}
+            log(f"conv-sweep: a timeout, cut before {slow.factor:g} x its typical seconds: kept is the cut itself")
     swept_signature = signature(swept) if swept.get("status") in (ERROR, FAIL, TIMEOUT, XFAIL, CHANGED) else None
     if swept_signature and swept_signature != first.signature:
         log(f"conv-sweep: note: the sweep recorded {swept_signature}\n"
@@ -398,7 +398,7 @@ def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep
         "minimal": {"case": minimal_case.name, "geometry": minimal.to_dict(), "macs": macs(minimal),
                     "folder": str(shrinker.cfg.case_dir(minimal_case)),
                     "repro": str(shrinker.cfg.case_dir(minimal_case) / "repro.sh"),
-                    **{k: kept[k] for k in ("timed", "limit", "predicted") if k in kept}},
+                    **{k: kept[k] for k in ("timed", "limit", "typical") if k in kept}},
         "attempts": len(shrinker.attempts),
         "compile_attempts": sum(a.compiled for a in shrinker.attempts),
         "seconds": round(time.monotonic() - start, 1),
@@ -426,7 +426,7 @@ def tool_identity(cfg: Config, target) -> dict:
 def describe(summary: dict) -> str:
     o, m = summary["original"], summary["minimal"]
     kept = summary.get("predicate") or {}
-    how = (f", as a {kept['stage']} more than {kept['factor']:g} x its predicted seconds"
+    how = (f", as a {kept['stage']} more than {kept['factor']:g} x its typical seconds"
            if kept.get("kind") == "slow" else "")
     return "\n".join([
         f"failure kept: {summary['signature']}{how}",

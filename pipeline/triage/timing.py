@@ -79,13 +79,13 @@ def pass_table(timing: Timing, compile_seconds: float | None, n: int = TOP_PASSE
 
 def growth_table(points: list[dict], stage: str, factor: float) -> list[str]:
     """Markdown: the stage's seconds against MACs at the given points of the shrink's path
-    (attempt entries of shrink.json: case, macs, timed, limit, predicted), largest first, and
+    (attempt entries of shrink.json: case, macs, timed, limit, typical), largest first, and
     the exponent of the growth between the largest and the smallest that finished."""
-    lines = [f"| case | MACs | {stage} (s) | predicted (s) | x predicted |", "|---|---|---|---|---|"]
+    lines = [f"| case | MACs | {stage} (s) | typical (s) | x typical |", "|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: -p["macs"]):
         took = f"{p['timed']:.3g}" if p.get("timed") is not None else \
             f"> {p['limit']:g} (cut)" if p.get("limit") else "-"
-        guess = p.get("predicted")
+        guess = p.get("typical")
         spent = p.get("timed") if p.get("timed") is not None else p.get("limit")
         ratio = "-" if not guess or spent is None else \
             f"{'> ' if p.get('timed') is None else ''}{spent / guess:.1f}"
@@ -95,7 +95,7 @@ def growth_table(points: list[dict], stage: str, factor: float) -> list[str]:
         small, large = finished[0], finished[-1]
         exponent = math.log(large["timed"] / small["timed"]) / math.log(large["macs"] / small["macs"])
         lines += ["", f"From {small['macs']:,} to {large['macs']:,} MACs the {stage} time grows as "
-                      f"MACs^{exponent:.2f}; anomalous is past {factor:g} x predicted."]
+                      f"MACs^{exponent:.2f}; anomalous is past {factor:g} x typical."]
     return lines
 
 
