@@ -65,10 +65,28 @@ def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
     return value, False
 
 
+def model_ops(model: Path) -> list[dict]:
+    """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs"}, read
+    from the flatbuffer with LiteRT's own schema (the interpreter has no public op list; its
+    tensor indices are the subgraph's)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    flat = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(Path(model).read_bytes(), 0))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    ops = []
+    for op in flat.subgraphs[0].operators:
+        code = flat.operatorCodes[op.opcodeIndex]
+        # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
+        ops.append({"op_name": names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"),
+                    "inputs": [int(i) for i in op.inputs]})
+    return ops
+
+
 def tflite_weights(case: Case, model: Path) -> ModelWeights:
     interpreter = _interpreter(model, reference_kernels=False)
     details = {d["index"]: d for d in interpreter.get_tensor_details()}
-    convs = [op for op in interpreter._get_ops_details() if op["op_name"] in CONV_OPS]
+    ops = model_ops(model)
+    convs = [op for op in ops if op["op_name"] in CONV_OPS]
     if len(convs) != 1:
         raise ValueError(f"{model}: expected one {' or '.join(CONV_OPS)} op, found {len(convs)}")
     _, filter_index, bias_index = convs[0]["inputs"][:3]
@@ -98,7 +116,7 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
     integer = inputs["dtype"] == np.int8
     # the converter may add the bias in a separate ADD (a Conv1D with one output channel): in an
     # int8 model that is a second requantization, after the conv's own
-    others = {op["op_name"] for op in interpreter._get_ops_details()} - set(CONV_OPS) - {"RESHAPE"}
+    others = {op["op_name"] for op in ops} - set(CONV_OPS) - {"RESHAPE"}
     return ModelWeights(kernel, bias, quantized and details[filter_index]["dtype"] == np.int8,
                         float(inputs["quantization"][0]), float(outputs["quantization"][0]),
                         int(inputs["quantization"][1]), int(outputs["quantization"][1]), scales if quantized else (),
