@@ -38,13 +38,8 @@ def task_verify():
 
 def task_sweep():
     """Build and verify every case of the sweep."""
-    # the report is written when the run ends (pipeline/engine/reporter.py)
+    # the report is written when the run ends (pipeline/engine/command.py)
     return {"actions": None, "task_dep": ["verify"], "clean": tasks.sweep_clean(RUN)}
-
-
-def task_toolchain():
-    """Install the Torq toolchain (torq-compile, torq-run-module) outside the sources."""
-    return {"actions": [(tasks.install_toolchain,)], "verbosity": 2, "uptodate": [False]}
 
 
 def task_report():

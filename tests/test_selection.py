@@ -7,7 +7,7 @@ from doit.exceptions import InvalidCommand
 
 from pipeline.engine import selection
 
-from helpers import assert_patch_holds, clean_env, doit, write_spec
+from helpers import clean_env, doit, write_spec
 from test_dodo import IDS, SMALL
 
 NAMES = ["model:conv_onnx_f32_a", "mlir:conv_onnx_f32_a", "vmfb:conv_onnx_f32_a@llvm-cpu", "vmfb:conv_onnx_f32_a@vmvx",
@@ -18,11 +18,6 @@ def _wild(pattern):
     import fnmatch
 
     return [n for n in NAMES if fnmatch.fnmatch(n, pattern)]
-
-
-def test_the_selection_patch_is_for_the_pinned_doit():
-    assert_patch_holds(selection.selection_digest(), selection.WRITTEN_FOR, "TaskControl",
-                       "pipeline/engine/selection.py")
 
 
 def test_a_case_name_selects_the_case_on_every_target():

@@ -1,4 +1,4 @@
-"""A doit dependency backend that survives kill -9, and keeps two runs apart.
+"""A doit dependency backend that survives kill -9.
 
 doit's own backends write the dependency database only when a run ends, so a sweep that is
 killed (kill -9, OOM, a closed terminal) forgets every task it finished. This backend commits
@@ -6,87 +6,72 @@ a task's record each time doit saves part of it. A record cut short by a kill is
 saves it only after the task succeeded, and any part not yet written still holds the older
 value, which either still matches (that input did not change) or makes the task run again.
 
-It also takes an exclusive lock on the build folder for every command that can run or clean
-tasks (`doit shrink`, which works in a folder of its own, excepted), so a second run on the
-same folder refuses with a clear message.
-
-The only module of the package that imports doit: it is loaded by doit as a plugin
-([tool.doit.plugins.backend] in pyproject.toml), before dodo.py.
+It implements doit's documented backend interface (get, set, in_, remove, remove_all, dump),
+on sqlite3, in the table layout of doit's own sqlite3 backend (a build folder written by
+either reads with the other). Loaded by doit as a plugin ([tool.doit.plugins.backend] in
+pyproject.toml), before dodo.py. One run per build folder is the run command's lock
+(pipeline/engine/command.py).
 """
 from __future__ import annotations
 
-import fcntl
 import os
-import sys
+import sqlite3
 
-from doit.dependency import SqliteDB
-
-READ_ONLY_COMMANDS = {"list", "info", "help", "dumpdb", "tabcompletion"}
-# Tasks that touch no case artifact and no report: `doit shrink <case>` works in a folder of its
-# own (<build>/shrink/<case>), so it may run beside a sweep, or beside another shrink; `doit
-# calibrate` only reads the case folders' logs; `doit prune_store` works on the store alone.
-UNLOCKED_TASKS = {"shrink", "calibrate", "prune_store"}
+from doit.dependency import DatabaseException
 
 
-def _command(argv: list[str]) -> str:
-    return next((a for a in argv[1:] if not a.startswith("-")), "run")
-
-
-def _needs_lock(argv: list[str]) -> bool:
-    if _command(argv) in READ_ONLY_COMMANDS:
-        return False
-    # the first word naming a task (not `run`, not an option's number such as -n 2); everything
-    # after `shrink` is its case (a positional argument), never another task
-    first = next((a for a in argv[1:] if not a.startswith("-") and a != "run" and not a.isdigit()), None)
-    return first not in UNLOCKED_TASKS
-
-
-class DurableSqliteDB(SqliteDB):
+class DurableSqliteDB:
     """sqlite3 backend, committed per task record."""
 
-    desc = "sqlite3, committed as each task finishes (survives kill -9), one run at a time"
+    desc = "sqlite3, committed as each task finishes (survives kill -9)"
 
     def __init__(self, name, codec, *, module_name=None):
-        self._lock_fd = None
+        self.name, self.codec = name, codec
         folder = os.path.dirname(name) or "."
         try:
             os.makedirs(folder, exist_ok=True)  # the build folder: made when doit opens it
         except OSError as err:
             raise SystemExit(f"conv-sweep: bad configuration: CONV_SWEEP_BUILD_DIR: cannot make {folder}: "
                              f"{err.strerror}") from None
-        if _needs_lock(sys.argv):
-            self._lock_fd = _lock(name + ".lock")
-        super().__init__(name, codec, module_name=module_name)
-        self._conn.execute("pragma journal_mode=wal")
-        self._conn.execute("pragma synchronous=normal")  # a killed process loses nothing committed
+        try:
+            self.conn = sqlite3.connect(name, isolation_level="DEFERRED")
+            self.conn.execute("create table if not exists doit (task_id text not null primary key, task_data json)")
+            self.conn.execute("pragma journal_mode=wal")
+            self.conn.execute("pragma synchronous=normal")  # a killed process loses nothing committed
+        except sqlite3.DatabaseError as err:
+            raise DatabaseException(f"the dependency file {name!r} is corrupted or not sqlite3 ({err}): "
+                                    "remove it (and its -wal, -shm files), and every task runs again") from None
+        self.records: dict[str, dict] = {}  # task -> its saved values, as read or written
+
+    def _record(self, task_id: str) -> dict:
+        if task_id not in self.records:
+            row = self.conn.execute("select task_data from doit where task_id=?", (task_id,)).fetchone()
+            self.records[task_id] = self.codec.decode(row[0]) if row and row[0] else {}
+        return self.records[task_id]
+
+    def get(self, task_id, dependency):
+        return self._record(task_id).get(dependency)
 
     def set(self, task_id, dependency, value):
-        if task_id not in self._cache:
-            self._cache[task_id] = self._get_task_data(task_id)
-        super().set(task_id, dependency, value)
-        self._conn.execute("insert or replace into doit values (?,?)",
-                           (task_id, self.codec.encode(self._cache[task_id])))
-        self._conn.commit()
-        self._dirty.discard(task_id)
+        record = self._record(task_id)
+        record[dependency] = value
+        self.conn.execute("insert or replace into doit values (?,?)", (task_id, self.codec.encode(record)))
+        self.conn.commit()
+
+    def in_(self, task_id):
+        return bool(self.records.get(task_id)) or \
+            self.conn.execute("select 1 from doit where task_id=?", (task_id,)).fetchone() is not None
 
     def remove(self, task_id):
-        super().remove(task_id)
-        self._conn.commit()
+        self.records.pop(task_id, None)
+        self.conn.execute("delete from doit where task_id=?", (task_id,))
+        self.conn.commit()
 
     def remove_all(self):
-        super().remove_all()
-        self._conn.commit()
+        self.records.clear()
+        self.conn.execute("delete from doit")
+        self.conn.commit()
 
-
-def _lock(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise SystemExit(f"conv-sweep: another doit run ({holder}) is using {os.path.dirname(path)}; "
-                         "wait for it to finish or stop it, or set CONV_SWEEP_BUILD_DIR to another folder") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()}".encode())
-    return fd
+    def dump(self):
+        self.conn.commit()
+        self.conn.close()

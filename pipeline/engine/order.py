@@ -8,25 +8,22 @@ yields, and the nodes a finished task releases, go to the front of the queue (in
 they came), so the first chains complete within seconds. How many tasks are in flight, and so
 the throughput, stays doit's. CONV_SWEEP_ORDER=breadth keeps doit's own order (to compare).
 
-doit has no documented hook for the order of ready tasks, so this module replaces two methods
-of its private TaskDispatcher (doit.control). It is written against the TaskDispatcher of doit
-0.37.0, the version pyproject.toml pins: install() patches only that exact class source and
-says so loudly otherwise, and tests/test_order.py fails when doit changes.
-
-Imports doit: loaded with the reporters (doit plugins), before any task runs.
+doit has no documented hook for the order of ready tasks, so this is the one place where
+conv-sweep patches doit: `depth_first` replaces two methods of its private TaskDispatcher
+(doit.control) for the length of one run (pipeline/engine/command.py's run command) and
+restores them after. It is written against the TaskDispatcher of doit 0.37.0, the version
+pyproject.toml pins: it patches only that exact class source and says so loudly otherwise, and
+tests/test_order.py fails when doit changes.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import sys
 from collections import deque
+from contextlib import contextmanager
 
 from doit.control import TaskDispatcher
-
-from pipeline.config import order
-from pipeline.core.errors import ConfigError
 
 
 class _DepthFirst(deque):
@@ -65,16 +62,22 @@ def _update_waiting_first(self, processed):
     _update_waiting(self, processed)
 
 
-def install() -> None:
-    try:
-        if order(os.environ) == "breadth":
-            return
-    except ConfigError:
-        return  # the configuration's check reports it, before any task
-
+@contextmanager
+def depth_first(mode: str = "chains"):
+    """doit's dispatcher runs ready tasks depth first while the block runs (unless `mode`, the
+    run's CONV_SWEEP_ORDER, is doit's own "breadth"), and as doit wrote it after."""
+    if mode == "breadth":
+        yield
+        return
     if dispatcher_digest() != WRITTEN_FOR:
         print("conv-sweep: this doit's task dispatcher is not the one pipeline/engine/order.py was written for "
               "(doit 0.37.0): tasks run in doit's own breadth-first order", file=sys.stderr)
+        yield
         return
     TaskDispatcher.__init__ = _init_depth_first
     TaskDispatcher._update_waiting = _update_waiting_first
+    try:
+        yield
+    finally:
+        TaskDispatcher.__init__ = _init
+        TaskDispatcher._update_waiting = _update_waiting

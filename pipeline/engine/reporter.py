@@ -1,9 +1,9 @@
-"""doit reporters: live progress during a run, and the report written when it ends.
+"""doit reporters: live progress during a run, and one line per failing case.
 
-doit cannot order a task after tasks that failed (their dependents are skipped), so the report
-of a run that executed case tasks is written by the reporter's complete_run, after everything.
 Registered in pyproject.toml under the names doit uses by default ("console", "json"), so that
-`doit -r json` keeps its machine-readable output and still writes the report.
+`doit -r json` keeps its machine-readable output. They only report: the run command
+(pipeline/engine/command.py) owns the run's lifecycle, and hands them the run and doit's
+verbosity through the reporter's options. Case tasks are told by their Task.meta.
 Imports doit: loaded by doit as a plugin.
 """
 from __future__ import annotations
@@ -16,57 +16,25 @@ import time
 from doit.exceptions import UnmetDependency
 from doit.reporter import ConsoleReporter, JsonReporter
 
-from pipeline.core.chain import TASKS
-from pipeline.engine import order as doit_order
-from pipeline.engine import selection
-from pipeline.engine.tasks import current
 from pipeline.config import progress_interval
-from pipeline.results.report import REPORT_AT_END
-
-doit_order.install()  # this module is loaded by doit (as a reporter plugin) before any task runs
-selection.install()
-
-
-def _start(report: bool) -> None:
-    """Before any task of a run that executes case tasks: the tools' identities (a tool that
-    cannot start stops the run here), then the Dask cluster where one is asked for."""
-    run = current()
-    if not report or run is None:
-        return
-    for target in run.cfg.targets:
-        run.target_keys(target.name)
-    if run.cfg.scheduler:
-        _start_cluster(run.cfg)  # it says where the stages run and how artifacts move, once it is up
+from pipeline.core.chain import STAGE_OF_TASK, TASKS
+from pipeline.engine.command import closure
+from pipeline.engine.tasks import RUN_KEY, case_meta
 
 
-def _closure(tasks: dict, selected: list[str]) -> set[str]:
-    seen, stack = set(), list(selected or [])
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in tasks:
-            continue
-        seen.add(name)
-        stack.extend(tasks[name].task_dep)
-        stack.extend(getattr(tasks[name], "setup_tasks", []))
-    return seen
-
-
-
-
-def _limits(run):
+def _limits(run, tasks: dict):
     """A task's time limit, for the progress line: a compile's and a module run's their case's
     (pipeline/targets/cost.py), every other tool's the hard one."""
     cases = {c.key: c for c in run.cases}
-    stage_of = {"vmfb": "compile", "verify": "run"}
     known: dict[str, float | None] = {}
 
     def limit_of(name: str) -> float | None:
         if name not in known:
-            task, _, subject = name.partition(":")
-            case = cases.get(subject)
+            meta = case_meta(tasks[name]) if name in tasks else None
+            case = cases.get(meta["cases"][0]) if meta and meta["target"] else None
             try:
-                known[name] = run.cfg.limit(case, stage_of[task]).seconds if case and task in stage_of \
-                    else run.cfg.timeout
+                known[name] = run.cfg.limit(case, STAGE_OF_TASK[meta["stage"]]).seconds \
+                    if case and meta["stage"] in ("vmfb", "verify") else run.cfg.timeout
             except Exception:  # noqa: BLE001 - a progress line never stops a run
                 known[name] = None
         return known[name]
@@ -86,7 +54,9 @@ class Progress:
     def __init__(self, stream, interval: float, clock=time.monotonic):
         self.stream, self.interval, self.clock = stream, interval, clock
         self.tty = stream.isatty()
-        self.pending: dict[str, set[str]] = {}
+        self.pending: dict[str, set[str]] = {}  # case key -> its tasks not finished
+        self.stage_of: dict[str, str] = {}  # case task -> its stage (model, mlir, vmfb, verify)
+        self.owners: dict[str, list[str]] = {}  # case task -> the case keys it is part of
         self.failed: set[str] = set()
         self.worked: set[str] = set()
         self.done = 0
@@ -112,29 +82,34 @@ class Progress:
         self.wait = self.stopped.wait  # (seconds) -> True once stopped; a test passes its own
 
     def initialize(self, tasks: dict, selected: list[str]) -> None:
-        """Cases are case@target (their vmfb: and verify: tasks); the model: and mlir: tasks of
-        a model are shared by its cases on every target."""
-        shared: dict[str, set[str]] = {}
-        for name in _closure(tasks, selected):
-            if ":conv_" in name:
-                self.totals[name.split(":", 1)[0]] += 1
-                subject = name.split(":", 1)[1]
-                if "@" in subject:
-                    self.pending.setdefault(subject, set()).add(name)
-                else:
-                    shared.setdefault(subject, set()).add(name)
-        self.owners: dict[str, list[str]] = {}
-        for key, names in self.pending.items():
-            for name in shared.get(key.split("@", 1)[0], ()):
-                names.add(name)
-                self.owners.setdefault(name, []).append(key)
+        """The cases are those of the per-target tasks (vmfb, verify) this run reaches; the
+        model and mlir tasks of a model are shared by its cases on every target (Task.meta)."""
+        shared = []
+        for name in closure(tasks, selected):
+            meta = case_meta(tasks[name])
+            if meta is None:
+                continue
+            if meta["target"] is None:
+                shared.append((name, meta))
+            else:
+                self.track(name, meta["stage"], meta["cases"])
+        for name, meta in shared:
+            self.track(name, meta["stage"], [key for key in meta["cases"] if key in self.pending])
+
+    def track(self, name: str, stage: str, keys: list[str]) -> None:
+        """Count the case task `name` of `stage`, part of the cases `keys`."""
+        self.stage_of[name] = stage
+        self.totals[stage] += 1
+        self.owners[name] = list(keys)
+        for key in keys:
+            self.pending.setdefault(key, set()).add(name)
         self.total = len(self.pending)
 
     def _keys(self, name: str) -> list[str]:
-        return self.owners.get(name) or ([name.split(":", 1)[1]] if "@" in name else [])
+        return self.owners.get(name, [])
 
     def executing(self, name: str) -> None:
-        if ":conv_" in name:
+        if name in self.stage_of:
             with self.lock:
                 self.worked.update(self._keys(name))
                 self.started[name] = self.clock()
@@ -163,9 +138,9 @@ class Progress:
             self._finished(name, failed)
 
     def _finished(self, name: str, failed: bool) -> None:
-        if ":conv_" not in name:
+        stage = self.stage_of.get(name)
+        if stage is None:
             return
-        stage = name.split(":", 1)[0]
         self.finished_tasks[stage] += 1
         self.finishes += 1
         began = self.started.pop(name, None)
@@ -253,7 +228,7 @@ class Progress:
         work = sum((self.totals[s] - self.finished_tasks[s]) * mean[s] for s in TASKS)
         most = 0.0
         for name, began in self.started.items():  # counted at its mean above: what it still needs instead
-            expected = mean.get(name.split(":", 1)[0], fallback)
+            expected = mean.get(self.stage_of.get(name), fallback)
             need = self._needs(name, now - began, expected)
             work += need - expected
             most = max(most, need)
@@ -308,94 +283,29 @@ class Progress:
             self.shown = False
 
 
-def cli_verbosity(argv: list[str] | None = None) -> int:
-    """doit's -v/--verbosity from the command line (doit does not hand it to reporters)."""
-    argv = sys.argv[1:] if argv is None else argv
-    level = 0
-    for i, arg in enumerate(argv):
-        value = None
-        if arg in ("-v", "--verbosity") and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith("--verbosity="):
-            value = arg.split("=", 1)[1]
-        elif arg.startswith("-v") and arg[2:].isdigit():
-            value = arg[2:]
-        if value is not None and value.isdigit():
-            level = int(value)
-    return level
-
-
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _start_cluster(cfg) -> None:
-    """Connect to the Dask cluster before any task, where a bad one stops the run; a local
-    cluster starts in the background while the driver builds the first models."""
-    from pipeline.engine.cluster import connect
-    from pipeline.core.errors import ConfigError
-
-    try:
-        connect(cfg, wait=False)
-    except ConfigError as err:
-        print(f"conv-sweep: bad configuration, nothing was run: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _report_at_end(selected: list[str], tasks: dict) -> bool:
-    """A run that touches case tasks writes the report when it ends."""
-    return any(":conv_" in name for name in _closure(tasks, selected))
-
-
-def _write_report(out, changed: bool) -> None:
-    run = current()
-    if run is None:
-        return
-    from pipeline.results.report import report_run
-
-    stopping = None
-    if run.cfg.scheduler:  # every task has ended: the cluster stops while the report is written
-        from pipeline.engine.cluster import stopped
-
-        stopping = stopped()
-    try:
-        report_run(run.cfg, run.cases, out=out, changed=changed)
-    except Exception as err:  # the run's own outcome stands; say why the report is missing
-        print(f"conv-sweep: the report could not be written: {type(err).__name__}: {err}", file=sys.stderr)
-    finally:
-        if stopping is not None:
-            stopping.join()
-
-
 class SweepReporter(ConsoleReporter):
-    desc = "console output with live progress; writes the sweep report at the end"
+    desc = "console output with live progress, one line per failing case"
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        interval = progress_interval(os.environ)
-        self.progress = Progress(sys.stderr, interval)
-        self.report = False
-        self.verbose = cli_verbosity() >= 2  # per-task lines and doit's own failure blocks
+        self.run = options.get(RUN_KEY)
+        self.progress = Progress(sys.stderr, progress_interval(os.environ))
+        self.verbose = (options.get("verbosity") or 0) >= 2  # per-task lines and doit's own failure blocks
+        self.report_stream = outstream  # where the run command writes the report's summary
+        self.changed = False  # a case task ran or a task failed: the report is written again
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
-        report = _report_at_end(selected_tasks, tasks)
-        _start(report)  # a tool that cannot start ends the run here: no progress line, no report
-        self.report = report
         self.progress.initialize(tasks, selected_tasks)
-        run = current()
-        if run is not None and run.costs and set(self.progress.pending) <= set(run.costs):
-            self.progress.costs = run.costs
-        if run is not None:
-            self.progress.limit_of = _limits(run)
-        if self.report and run is not None:
-            refused = run.cfg.refused()
-            if refused:
-                self.write(f"conv-sweep: {len(refused)} cases not generated, their frontend refuses the geometry "
-                           f"(`doit refused` lists them with the reason)\n")
-        if self.report:
-            os.environ[REPORT_AT_END] = "1"  # inherited by the workers: the report task defers to us
+        if self.run is not None:
+            if self.run.costs and set(self.progress.pending) <= set(self.run.costs):
+                self.progress.costs = self.run.costs
+            self.progress.limit_of = _limits(self.run, tasks)
 
     def write(self, text):
         self.progress.clear()
@@ -403,7 +313,7 @@ class SweepReporter(ConsoleReporter):
 
     def execute_task(self, task):
         self.progress.executing(task.name)
-        if self.verbose or ":conv_" not in task.name:
+        if self.verbose or case_meta(task) is None:
             super().execute_task(task)
 
     def add_success(self, task):
@@ -413,7 +323,7 @@ class SweepReporter(ConsoleReporter):
     def add_failure(self, task, fail):
         """A failing case is one line (case, stage, reason, log, repro: the task's message);
         tasks skipped because a dependency failed are said by that failure already."""
-        if self.verbose or (":conv_" not in task.name and not isinstance(fail, UnmetDependency)):
+        if self.verbose or (case_meta(task) is None and not isinstance(fail, UnmetDependency)):
             super().add_failure(task, fail)
         elif fail.report:
             self.failures.append({"task": task, "exception": fail})
@@ -434,35 +344,25 @@ class SweepReporter(ConsoleReporter):
     def complete_run(self):
         self.progress.stop()
         self.progress.show(final=True)
-        changed = bool(self.progress.worked or self.failures)
+        self.changed = bool(self.progress.worked or self.failures)
         if not self.verbose:  # the failures were said once, as they happened
             self.failures = [f for f in self.failures
-                             if ":conv_" not in f["task"].name and not isinstance(f["exception"], UnmetDependency)]
+                             if case_meta(f["task"]) is None and not isinstance(f["exception"], UnmetDependency)]
         super().complete_run()
-        if self.report:
-            _write_report(self.outstream, changed=changed)
 
 
 class SweepJsonReporter(JsonReporter):
-    desc = "JSON output (as doit's json reporter); writes the sweep report at the end"
+    desc = "JSON output (as doit's json reporter)"
 
     def __init__(self, outstream, options=None):
         super().__init__(outstream, options)
-        self.report = False
-        self.executed = False
+        self.report_stream = sys.stderr  # stdout holds only the JSON document
+        self.changed = False
 
     def execute_task(self, task):
         super().execute_task(task)
-        self.executed = self.executed or ":conv_" in task.name
+        self.changed = self.changed or case_meta(task) is not None
 
-    def initialize(self, tasks, selected_tasks):  # doit's JsonReporter has no initialize of its own
-        report = _report_at_end(selected_tasks, tasks)
-        _start(report)  # the cluster's line goes to stderr: stdout holds only the JSON
-        self.report = report
-        if self.report:
-            os.environ[REPORT_AT_END] = "1"
-
-    def complete_run(self):
-        super().complete_run()  # restores the real stdout and prints the JSON document
-        if self.report:
-            _write_report(sys.stderr, changed=self.executed or bool(self.errors))  # stdout: only JSON
+    def add_failure(self, task, fail):
+        super().add_failure(task, fail)
+        self.changed = True

@@ -4,21 +4,22 @@ exactly what changed.
 
 The run (its Config and cases) is resolved once, when dodo.py loads. The identities of the
 targets' tools (their --version, size, digest) are worked out when a task needs them, once per
-run: at the start of a run that executes case tasks (the reporter asks, so that a tool that
+run: at the start of a run that executes case tasks (the run command asks, so that a tool that
 cannot start stops the run before any task), else at the first up-to-date check that needs
-them; `doit list` never asks.
+them; `doit list` never asks. Each case task carries its identity in Task.meta (the run
+command and the reporter read it there).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from doit.exceptions import TaskFailed
-from doit.tools import config_changed
 
 from pipeline.config import Config
 from pipeline.core.chain import MLIR, MLIR_BYTECODE, SHARED_TASKS, TASK_OF_STAGE, TASKS, VMFB
@@ -26,6 +27,16 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.integrity import file_record, unchanged
 from pipeline.outcome.result import RESULT_FILE
 from pipeline.space.cases import Case
+
+
+RUN_KEY = "conv_sweep"  # DOIT_CONFIG's entry holding the Run, for the commands (pipeline/engine/command.py)
+META = "conv_sweep"  # Task.meta's entry of a case task: {"stage", "cases": [case keys], "target"}
+
+
+def case_meta(task) -> dict | None:
+    """A case task's identity (its Task.meta entry): stage, case keys, target (None for a task
+    its model's cases share on every target); None for any other task."""
+    return (getattr(task, "meta", None) or {}).get(META)
 
 
 @dataclass
@@ -37,6 +48,7 @@ class Run:
     _keys: dict = field(default_factory=dict)  # target -> (compile key, run key)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     costs: dict = field(default_factory=dict)  # case key -> its chain's planned seconds (the start order's)
+    report_at_end: bool = False  # this run reaches case tasks: the run command writes the report when it ends
 
     def target_keys(self, target: str) -> tuple[dict, dict]:
         """What identifies the target's compile and its run (executables and their --version,
@@ -47,32 +59,21 @@ class Run:
             return self._keys[target]
 
 
-_current: Run | None = None
-
-
-def current() -> Run | None:
-    """The run dodo.py loaded, if any (the reporters use it)."""
-    return _current
-
-
 def load(project: Path, workdir: str) -> Run:
     """The run's configuration from the environment, or a one-line error naming the knob."""
-    global _current
     if (Path(workdir) / "pyproject.toml").resolve() != project / "pyproject.toml":
         # doit reads its plugins (the durable backend, the reporters) from pyproject.toml in the working directory
         raise SystemExit(f"conv-sweep: run doit from the project folder {project} (cd there first)")
     try:
         cfg = Config.from_env(default_build_dir=project / "build", base_dir=workdir)
-        _current = Run(cfg, cfg.cases())
+        return Run(cfg, cfg.cases())
     except ConfigError as err:
-        if sys.argv[1:] != ["toolchain"]:  # installing the toolchain needs no valid selection
-            raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
-        _current = Run(Config(build_dir=project / "build"), [])
-    return _current
+        raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
 
 
 def doit_config(run: Run) -> dict:
     config = {
+        RUN_KEY: run,  # the run command's (pipeline/engine/command.py)
         "default_tasks": ["sweep"],
         "continue": True,  # a failing case fails its own tasks, the rest of the sweep goes on
         "dep_file": str(run.cfg.build_dir / ".doit.db"),
@@ -120,16 +121,21 @@ def _target_keys(cfg: Config) -> dict:
     return keys
 
 
-class key_unchanged(config_changed):
-    """doit's config_changed, its dict computed when doit checks the task (not when dodo.py loads)."""
+class key_unchanged:
+    """An uptodate check: up to date while the task's key (a dict computed when doit checks the
+    task, not when dodo.py loads) is the one saved with its last success. The digest is saved
+    through task.value_savers, under the name and in the form of doit's config_changed, so a
+    build folder's saved keys hold across both."""
+
+    SAVED = "_config_changed"
 
     def __init__(self, make_key):
-        super().__init__({})
         self.make_key = make_key
 
-    def _calc_digest(self):
-        self.config = self.make_key()
-        return super()._calc_digest()
+    def __call__(self, task, values):
+        digest = hashlib.md5(json.dumps(self.make_key(), sort_keys=True).encode("utf-8")).hexdigest()
+        task.value_savers.append(lambda: {self.SAVED: digest})
+        return values.get(self.SAVED) == digest
 
 
 # ------------------------------------------------------------------ the case tasks
@@ -215,24 +221,32 @@ def _groups(run: Run, stage: str):
         for name, cases in shared.items():
             yield name, cases, os.path.join(cases_root, name), os.path.join(cases_root, name)
     else:
-        for case in run.cases if stage != "verify" else _costliest_first(run):
+        for case in run.cases:
             model_folder = os.path.join(cases_root, case.name)
             yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
 
 
-def _costliest_first(run: Run) -> list[Case]:
-    """The cases in the order their chains start (the sweep asks for verify tasks in this
-    order, and doit runs each one's chain depth first): a first failure and a first pass at
-    once, then planned on as many lanes as the machine has cores, one streaming the cheapest
-    chains so that results come in from the first seconds, the others the most expensive
-    first, by last run's measured durations or the cost model (pipeline/results/history.py),
-    so that no long chain starts last and leaves a core idle at the end."""
+def plan_order(run: Run, tasks: dict, lanes: int) -> None:
+    """Order the verify tasks as their chains should start (the sweep asks for verify tasks in
+    this order, and doit runs each one's chain depth first): a first failure and a first pass
+    at once, then planned on the run's lanes (`doit -n`, or the cluster's slots), one streaming
+    the cheapest chains so that results come in from the first seconds, the others the most
+    expensive first, by last run's measured durations or the cost model
+    (pipeline/results/history.py), so that no long chain starts last and leaves a lane idle at
+    the end. Sets run.costs (the plan the progress line counts down)."""
+    group = tasks.get("verify")
+    if group is None or len(run.cases) < 3:
+        return
+    order = {name: i for i, name in enumerate(_costliest_first(run, lanes))}
+    group.task_dep.sort(key=lambda name: order.get(name, -1))
+
+
+def _costliest_first(run: Run, lanes: int) -> list[str]:
+    """The verify task names in their chains' start order (plan_order)."""
     from pipeline.results.history import chain_costs, start_order
 
-    if len(run.cases) < 3:
-        return run.cases
     by_key = {c.key: c for c in run.cases}
-    lanes = run.cfg.scheduler.slots if run.cfg.scheduler else (os.cpu_count() or 1)
+    lanes = run.cfg.scheduler.slots if run.cfg.scheduler else max(lanes, 1)
     run.costs = chain_costs(run.cfg, run.cases)
     first = []  # the cheapest chain expected to fail (listed) and the cheapest expected to pass
     for listed in (True, False):
@@ -240,7 +254,7 @@ def _costliest_first(run: Run) -> list[Case]:
         if kind:
             first.append(min(kind, key=lambda k: (run.costs[k], k)))
     first.sort(key=lambda k: (run.costs[k], k))
-    return [by_key[k] for k in start_order(list(by_key), run.costs, lanes, tuple(first))]
+    return [f"verify:{k}" for k in start_order(list(by_key), run.costs, lanes, tuple(first))]
 
 
 def subtasks(run: Run, stage: str, stage_fn):
@@ -292,6 +306,8 @@ def subtasks(run: Run, stage: str, stage_fn):
             "targets": [] if ends_here else outputs,
             "uptodate": [key_unchanged(key), (_output_intact, [outputs])],
             "clean": [(_clean_case_dir, [run.cfg, c]) for c in cases] if stage == "verify" else True,
+            "meta": {META: {"stage": stage, "cases": [c.key for c in cases], "target": None if stage in SHARED_TASKS
+                            else first.target}},
             # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print
             # nothing (a failure's message is the TaskFailed's, the tools' output is in logs)
             "io": {"capture": False},
@@ -305,20 +321,10 @@ def sweep_clean(run: Run) -> list:
 
 # ------------------------------------------------------------------ the other commands' actions
 
-def install_toolchain():
-    from pipeline.targets.toolchain import ToolchainError, install, root_from_env
-
-    try:
-        install(root_from_env(os.environ))
-    except ToolchainError as err:
-        return TaskFailed(f"conv-sweep: the Torq toolchain was not installed: {err}")
-    return None
-
-
 def report(run: Run, merge):
     """Write the report now, unless this run writes it when it ends (it ran case tasks); with
     --merge, one report from several build folders or results.json files."""
-    from pipeline.results.report import REPORT_AT_END, merge_reports, report_run
+    from pipeline.results.report import merge_reports, report_run
 
     if merge:
         try:
@@ -326,7 +332,7 @@ def report(run: Run, merge):
         except ConfigError as err:
             return TaskFailed(f"conv-sweep: {err}")
         return None
-    if os.environ.get(REPORT_AT_END):
+    if run.report_at_end:
         print("conv-sweep: the report is written when this run ends")
         return None
     report_run(run.cfg, run.cases)

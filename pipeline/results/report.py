@@ -21,7 +21,6 @@ NOT_RUN = "not run"
 FAILED = (FAIL, ERROR, TIMEOUT, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
 TOOL_FAILURES = (FAIL, ERROR, TIMEOUT, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
 REPORT_DIR = "report"
-REPORT_AT_END = "CONV_SWEEP_REPORT_AT_END"  # set while a doit run will write the report when it ends
 
 
 def collect(cases: list[Case], case_dir) -> list[dict]:
