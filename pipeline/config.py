@@ -1,37 +1,7 @@
 """Run configuration, resolved once from the environment at the edge (dodo.py, conftest.py).
 
-Knobs (all optional):
-  CONV_SWEEP_N              geometries per category (default 50)
-  CONV_SWEEP_BUILD_DIR      artifact root (default: build/ beside dodo.py)
-  CONV_SWEEP_COMPILE_FLAGS  extra iree-compile flags, split like a shell would
-  CONV_SWEEP_IREE_COMPILE   the compiler executable (default: the installed iree-compile)
-  CONV_SWEEP_TIMEOUT        seconds allowed per tool invocation (default 3600): the hard upper limit
-  CONV_SWEEP_CACHE_DIR      the store of stage outputs shared by build folders (default
-                            ~/.cache/conv-sweep/store; off: none)
-  CONV_SWEEP_TOOL_FILES     files (separated like PATH) that identify a launcher script's tool where
-                            what it execs cannot be read
-  CONV_SWEEP_BUDGET         stage=seconds,...: the compile and run budgets of every selected target,
-                            replacing the profiles' (e.g. compile=3600 lets a slow compile finish)
-  CONV_SWEEP_TIMEOUTS       predicted (default: a compile's and a run's limit follows the case's
-                            predicted cost, pipeline/targets/cost.py) or fixed (the budgets only)
-  CONV_SWEEP_PROFILE        built-in geometry profile: seed (default; the original suite's 250
-                            geometries at N = 50) or extended (adds same padding at any stride,
-                            dilation, groups and depthwise, batch, non-power-of-two channels)
-  CONV_SWEEP_SPEC           JSON file replacing the built-in categories
-  CONV_SWEEP_COMPILE_ONLY   flavors checked for compilation only, e.g. "onnx_bf16,tflite_w8i8"
-  CONV_SWEEP_TARGET         target profile, or a comma-separated list (default llvm-cpu)
-  CONV_SWEEP_TARGETS_FILE   JSON file adding or overriding target profiles
-  CONV_SWEEP_TOOLCHAIN_DIR  where `doit toolchain` installs the Torq toolchain
-  CONV_SWEEP_SCHEDULER      run the stages on Dask: local:N (a LocalCluster of N worker processes
-                            started for the run) or tcp://host:port (an existing scheduler)
-  CONV_SWEEP_ARTIFACTS      with a scheduler: auto (default: detected), shared or shipped
-  CONV_SWEEP_SHARD          i/N: only shard i of N of the cases, balanced by estimated cost
-  CONV_SWEEP_BENCHMARK      1: time every passing case's module with the target's benchmark tool
-                            (iree-benchmark-module on llvm-cpu and vmvx; see pipeline/targets/perf.py)
-  CONV_SWEEP_EXPECTED_FAILURES  the expected-failures file; `{target}` in it is replaced by each
-                            target's name (default pipeline/space/expected_failures/<target>.json)
-  CONV_SWEEP_ORDER, CONV_SWEEP_PROGRESS_INTERVAL, CONV_SWEEP_JOBS: the dispatch order, the seconds
-                            between progress lines, the pytest front end's doit workers
+The knobs are the environment variables declared in KNOBS below (docs/knobs.md explains each and
+tests/test_knobs.py checks its table against KNOBS); any other CONV_SWEEP_* variable is refused.
 """
 from __future__ import annotations
 
@@ -40,6 +10,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.space import expected
 from pipeline.space.cases import Case, Refused, make_cases, parse_variants, refused
@@ -51,12 +22,65 @@ from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
 from pipeline.space.geometry import macs as geometry_macs
 from pipeline.targets import cost
 from pipeline.targets.cost import Limit
-from pipeline.targets.profiles import Profile, installed_toolchain, load_profiles, resolve_tool, select
+from pipeline.targets.profiles import DEFAULT_TARGET, Profile, installed_toolchain, load_profiles, resolve_tool, select
 
 DEFAULT_TIMEOUT = 3600.0  # at least every built-in profile's hard limits (docs/targets.md: time limits)
 SHARED, SHIPPED = "shared", "shipped"  # how Dask workers reach the build folder
 ARTIFACT_MODES = ("auto", SHARED, SHIPPED)
 TIMEOUT_MODES = ("predicted", "fixed")  # CONV_SWEEP_TIMEOUTS
+ORDERS = ("chains", "breadth")  # CONV_SWEEP_ORDER
+DEFAULT_PROFILE = "seed"  # CONV_SWEEP_PROFILE: a key of PROFILES
+DEFAULT_PROGRESS_INTERVAL = 5.0
+DEFAULT_JOBS = 2
+
+
+class Knob(NamedTuple):
+    name: str
+    default: str  # as docs/knobs.md's table shows it
+    meaning: str
+
+
+# Every knob, in docs/knobs.md's order: the one list of them (tests/test_knobs.py checks the doc's
+# table and a bad value of each against it).
+KNOBS = (
+    Knob("CONV_SWEEP_N", str(DEFAULT_N), "geometries per category"),
+    Knob("CONV_SWEEP_BUILD_DIR", "build/ beside dodo.py (git-ignored)", "artifact root; doit's database too"),
+    Knob("CONV_SWEEP_TARGET", DEFAULT_TARGET, "target profile, or a comma-separated list swept in one run"),
+    Knob("CONV_SWEEP_TARGETS_FILE", "none", "JSON file adding or overriding target profiles"),
+    Knob("CONV_SWEEP_TOOLCHAIN_DIR", "~/.cache/conv-sweep/toolchain", "where `doit toolchain` installs Torq's tools"),
+    Knob("CONV_SWEEP_COMPILE_FLAGS", "empty", "extra compile flags, after the target's own, split like a shell would"),
+    Knob("CONV_SWEEP_IREE_COMPILE", "the target's compiler", "the compiler, replacing the selected targets'"),
+    Knob("CONV_SWEEP_TIMEOUT", f"{DEFAULT_TIMEOUT:g}", "seconds per tool invocation: the cap of every limit"),
+    Knob("CONV_SWEEP_CACHE_DIR", "~/.cache/conv-sweep/store ($XDG_CACHE_HOME/conv-sweep/store)",
+         "the store of stage outputs shared by build folders; off: none"),
+    Knob("CONV_SWEEP_TOOL_FILES", "none", "files (separated like PATH) identifying a launcher script's tool"),
+    Knob("CONV_SWEEP_BUDGET", "the profiles'", "compile=S,run=S: every selected target's budgets"),
+    Knob("CONV_SWEEP_TIMEOUTS", TIMEOUT_MODES[0], "predicted (limits follow a case's predicted cost) or fixed"),
+    Knob("CONV_SWEEP_PROFILE", DEFAULT_PROFILE, "built-in geometry profile: seed or extended"),
+    Knob("CONV_SWEEP_SPEC", "built-in categories", "JSON file replacing the sweep definition"),
+    Knob("CONV_SWEEP_COMPILE_ONLY", "empty", "flavors only compiled, e.g. onnx_bf16,tflite_w8i8"),
+    Knob("CONV_SWEEP_SCHEDULER", "unset", "run the stages on Dask: local:N or tcp://host:port"),
+    Knob("CONV_SWEEP_ARTIFACTS", ARTIFACT_MODES[0], "with a scheduler: how workers reach the build folder"),
+    Knob("CONV_SWEEP_SHARD", "unset", "i/N: only shard i of N of the cases"),
+    Knob("CONV_SWEEP_BENCHMARK", "0", "1: time every passing module with its target's benchmark tool"),
+    Knob("CONV_SWEEP_EXPECTED_FAILURES", "pipeline/space/expected_failures/<target>.json",
+         "the expected-failures list; {target} in it is replaced by the target's name"),
+    Knob("CONV_SWEEP_ORDER", ORDERS[0], "chains (each case's chain as early as it can) or breadth"),
+    Knob("CONV_SWEEP_PROGRESS_INTERVAL", f"{DEFAULT_PROGRESS_INTERVAL:g}", "seconds between progress lines"),
+    Knob("CONV_SWEEP_JOBS", str(DEFAULT_JOBS), "doit workers of the pytest front end"),
+)
+KNOB_PREFIX = "CONV_SWEEP_"
+
+
+def check_names(env) -> None:
+    """Every CONV_SWEEP_* variable of `env` is a knob: a misspelt one is an error, not ignored."""
+    import difflib
+
+    names = {k.name.removeprefix(KNOB_PREFIX): k.name for k in KNOBS}
+    for var in sorted(v for v in env if v.startswith(KNOB_PREFIX) and v not in names.values()):
+        near = difflib.get_close_matches(var.removeprefix(KNOB_PREFIX).upper(), names, n=1)  # the prefix is shared
+        guess = f"; did you mean {names[near[0]]}?" if near else ""
+        raise ConfigError(var, env[var], f"is not a knob{guess} (docs/knobs.md lists them)")
 
 
 @dataclass(frozen=True)
@@ -87,7 +111,7 @@ def parse_scheduler(text: str | None) -> Scheduler | None:
 
 
 def parse_artifacts(text: str | None) -> str:
-    text = (text or "").strip() or "auto"
+    text = (text or "").strip() or ARTIFACT_MODES[0]
     if text not in ARTIFACT_MODES:
         raise ConfigError("CONV_SWEEP_ARTIFACTS", text, f"must be one of {', '.join(ARTIFACT_MODES)}")
     return text
@@ -153,6 +177,7 @@ class Config:
         """Relative paths in the knobs are taken from `base_dir` (the user's working directory)."""
         env = os.environ if environ is None else environ
         base = Path(base_dir or os.getcwd())
+        check_names(env)
         n = _parse_int(env, "CONV_SWEEP_N", DEFAULT_N, minimum=0)
         progress_interval(env), order(env), jobs(env)  # read where they are used; checked before any work
         timeout = _parse_float(env, "CONV_SWEEP_TIMEOUT", DEFAULT_TIMEOUT)
@@ -171,7 +196,7 @@ class Config:
         profiles = select(env.get("CONV_SWEEP_TARGET", ""),
                           load_profiles(base / targets_file if targets_file else None))
         spec_path = env.get("CONV_SWEEP_SPEC") or None
-        profile = env.get("CONV_SWEEP_PROFILE", "").strip() or "seed"
+        profile = env.get("CONV_SWEEP_PROFILE", "").strip() or DEFAULT_PROFILE
         if profile not in PROFILES:
             raise ConfigError("CONV_SWEEP_PROFILE", profile, f"must be one of {', '.join(PROFILES)}")
         if spec_path and env.get("CONV_SWEEP_PROFILE", "").strip():
@@ -213,7 +238,7 @@ class Config:
         benchmark = env.get("CONV_SWEEP_BENCHMARK", "").strip() or "0"
         if benchmark not in ("0", "1"):
             raise ConfigError("CONV_SWEEP_BENCHMARK", benchmark, "must be 1 (time each module) or 0")
-        timeouts = env.get("CONV_SWEEP_TIMEOUTS", "").strip() or "predicted"
+        timeouts = env.get("CONV_SWEEP_TIMEOUTS", "").strip() or TIMEOUT_MODES[0]
         if timeouts not in TIMEOUT_MODES:
             raise ConfigError("CONV_SWEEP_TIMEOUTS", timeouts, f"must be one of {', '.join(TIMEOUT_MODES)}")
         cache_dir = _cache_dir(env, base)
@@ -335,14 +360,11 @@ def _parse_int(env, name: str, default: int, minimum: int) -> int:
     return value
 
 
-ORDERS = ("chains", "breadth")  # CONV_SWEEP_ORDER
-
-
 def progress_interval(env) -> float:
     """CONV_SWEEP_PROGRESS_INTERVAL: seconds between progress lines off a terminal (0: every change)."""
     raw = env.get("CONV_SWEEP_PROGRESS_INTERVAL", "")
     if raw.strip() == "":
-        return 5.0
+        return DEFAULT_PROGRESS_INTERVAL
     try:
         value = float(raw)
     except ValueError:
@@ -354,7 +376,7 @@ def progress_interval(env) -> float:
 
 def order(env) -> str:
     """CONV_SWEEP_ORDER: chains (depth first, the default) or breadth (doit's own order)."""
-    value = env.get("CONV_SWEEP_ORDER", "").strip() or "chains"
+    value = env.get("CONV_SWEEP_ORDER", "").strip() or ORDERS[0]
     if value not in ORDERS:
         raise ConfigError("CONV_SWEEP_ORDER", env["CONV_SWEEP_ORDER"], f"must be one of {', '.join(ORDERS)}")
     return value
@@ -362,7 +384,7 @@ def order(env) -> str:
 
 def jobs(env) -> int:
     """CONV_SWEEP_JOBS: doit workers of the pytest front end (default 2)."""
-    return _parse_int(env, "CONV_SWEEP_JOBS", 2, minimum=1)
+    return _parse_int(env, "CONV_SWEEP_JOBS", DEFAULT_JOBS, minimum=1)
 
 
 def _tool_files(env, base: Path) -> tuple[str, ...]:

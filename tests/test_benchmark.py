@@ -100,3 +100,20 @@ def test_a_false_cut_is_a_predicted_cut_whose_tool_ended_by_itself_under_the_fix
             folder.mkdir(parents=True)
             (folder / "result.json").write_text(json.dumps({"reason": reason}))
     assert benchmark.false_cuts(tmp_path / "predicted", tmp_path / "fixed", "torq") == ["slow"]
+
+
+def _pair(cold, dask):
+    return {"cold_seconds": cold, "floor_seconds": 10.0, "dask_seconds": dask, "returncodes": [0, 0],
+            "cold / floor": round(cold / 10.0, 3), "dask / cold": round(dask / cold, 3)}
+
+
+@pytest.mark.parametrize("pairs,median", [
+    ([(100.0, 149.7), (100.0, 101.2)], "median 1.255, max 1.497"),  # two: the mean of the middle two, not the larger
+    ([(100.0, 149.7), (100.0, 101.2), (100.0, 120.0)], "median 1.200, max 1.497"),
+])
+def test_the_table_prints_the_median_of_the_cold_pairs(pairs, median):
+    figures = {"runs": {}, "intrinsic_tool_seconds": {}, "cases": 0, "intrinsic_floor_seconds": 0.0,
+               "full_sweep_artifacts": 1250, "ratios": {}, "cold_pairs": [_pair(*p) for p in pairs]}
+    lines = benchmark.table(figures).splitlines()
+    assert f"  dask / cold: {median}" in lines, lines
+    assert "  cold / floor: median 10.000, max 10.000" in lines

@@ -70,7 +70,7 @@ def test_misbehaving_compilers_fail_only_their_cases(tmp_path):
     wrapper = write_wrapper(tmp_path / "iree-compile-wrapper", WRAPPER, real_compiler())
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:2",
-                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5)
+                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_BUDGET="compile=5")
     start = time.monotonic()
     run = doit("sweep", env=env, timeout=600)
     print(f"local:2 sweep with three misbehaving compiles: {time.monotonic() - start:.1f} s")
@@ -100,7 +100,7 @@ def _start(argv, env, log):
     return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait_for_workers(address: str, count: int, timeout: float = 60) -> None:
+def _wait_for_workers(address: str, count: int, timeout: float = 300) -> None:
     import distributed
 
     with distributed.Client(address, timeout=30) as client:
@@ -192,7 +192,8 @@ def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
                                                      "a crash or an OOM kill"}]}))
     env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
                     CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SCHEDULER="local:1",
-                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TIMEOUT=5, CONV_SWEEP_EXPECTED_FAILURES=listed)
+                    CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_BUDGET="compile=5",
+                    CONV_SWEEP_EXPECTED_FAILURES=listed)
     run = doit("sweep", env=env, timeout=600)
     assert run.returncode != 0
     found = results(tmp_path / "build")
@@ -203,16 +204,50 @@ def test_a_lone_worker_killed_under_its_task_fails_that_case_only(tmp_path):
     assert len(found) == 10
 
 
+class _Gate(threading.BoundedSemaphore):
+    """A local cluster's gate (a turn per worker), which also tells the threads that found no
+    turn free and wait for one."""
+
+    def __init__(self, value: int):
+        super().__init__(value)
+        self.waiting: list[str] = []  # their names, in order
+        self.changed = threading.Condition()
+
+    def acquire(self, blocking=True, timeout=None):
+        if super().acquire(blocking=False):
+            return True
+        if not blocking:
+            return False
+        with self.changed:
+            self.waiting.append(threading.current_thread().name)
+            self.changed.notify_all()
+        return super().acquire(True, timeout)
+
+    __enter__ = acquire
+
+    def wait_until(self, condition, timeout: float = 300) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: condition(self.waiting), timeout)
+
+
 def _beside(subject, cfg):
-    """A stage function: whether its worker holds another task (queued or running) while it runs."""
+    """A stage function: whether its worker holds another task (queued or running) while it
+    runs. It looks until it sees one, or until the test has given the others their chance to
+    arrive (the file `release` in the build folder)."""
     from distributed import get_worker
 
-    time.sleep(0.3)
     worker = get_worker()
     mine = worker.get_current_task()
-    others = [key for key, task in worker.state.tasks.items()
-              if key != mine and task.state in ("waiting", "ready", "constrained", "executing")]
-    return f"{len(others)} other tasks on its worker" if others else None
+    release = cfg.build_dir / "release"
+    deadline = time.monotonic() + 300
+    while True:
+        others = [key for key, task in worker.state.tasks.items()
+                  if key != mine and task.state in ("waiting", "ready", "constrained", "executing")]
+        if others:
+            return f"{len(others)} other tasks on its worker"
+        if release.exists() or time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
 
 
 def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
@@ -224,21 +259,39 @@ def test_a_local_cluster_is_handed_a_task_only_when_a_worker_is_free(tmp_path):
                            "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"), "CONV_SWEEP_SCHEDULER": "local:1"})
     case = cfg.cases()[0]
     cfg.build_dir.mkdir()
+    release = cfg.build_dir / "release"
     driver = cluster.Cluster(cfg)
     driver.start()
     try:
-        def three_at_once():
+        def three_at_once(arrived):
+            """Three tasks at once, each looking for the others on its worker; released once
+            `arrived(found)` says the others have had their chance to be there."""
+            release.unlink(missing_ok=True)
             found = []
             threads = [threading.Thread(target=lambda: found.append(driver.run(_beside, case))) for _ in range(3)]
             for thread in threads:
                 thread.start()
-            for thread in threads:
-                thread.join(timeout=120)
+            try:
+                assert arrived(found)
+            finally:
+                release.touch()
+                for thread in threads:
+                    thread.join(timeout=300)
             return found
 
-        assert three_at_once() == [None, None, None]
+        # gated: one runs, looking for the others until both wait at the gate; then each in turn
+        gate = driver.free = _Gate(1)
+        assert three_at_once(lambda found: gate.wait_until(lambda waiting: len(waiting) == 2)) == [None, None, None]
+
         driver.free = None  # ungated, Dask queues them all on the one worker at once: the check can fail
-        assert any(three_at_once())
+        deadline = time.monotonic() + 300
+
+        def one_has_returned(found):
+            while not found and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return bool(found)
+
+        assert any(three_at_once(one_has_returned))
     finally:
         driver.close()
 
@@ -289,15 +342,16 @@ def test_a_local_cluster_s_driver_builds_the_models_itself_taking_a_worker_s_tur
     cfg = Config.from_env({"CONV_SWEEP_SPEC": str(write_spec(tmp_path / "spec.json", SMALL)), "CONV_SWEEP_N": "0",
                            "CONV_SWEEP_BUILD_DIR": str(tmp_path / "build"), "CONV_SWEEP_SCHEDULER": "local:1"})
     driver = cluster.Cluster(cfg)  # never started
+    gate = driver.free = _Gate(1)  # its one worker's turn
     assert driver.run(model, [cfg.cases()[0]]) == f"{os.getpid()} {threading.current_thread().name}"
     assert not driver.started.is_set() and driver.client is None
-    assert driver.free.acquire(blocking=False)  # the turn was given back
+    assert gate.acquire(blocking=False)  # the turn was given back
     try:
         blocked = []
-        thread = threading.Thread(target=lambda: blocked.append(driver.run(model, [cfg.cases()[0]])))
+        thread = threading.Thread(target=lambda: blocked.append(driver.run(model, [cfg.cases()[0]])), name="waiter")
         thread.start()
-        thread.join(timeout=0.5)
-        assert thread.is_alive() and not blocked  # the one worker's turn is taken: it waits
+        assert gate.wait_until(lambda waiting: "waiter" in waiting)  # the one worker's turn is taken: it waits
+        assert thread.is_alive() and not blocked
     finally:
         driver.free.release()
     thread.join(timeout=30)

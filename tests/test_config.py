@@ -118,3 +118,31 @@ def test_a_budget_replaces_the_profiles_and_a_bad_one_is_named(tmp_path):
     capped = Config.from_env({**env, "CONV_SWEEP_BUDGET": "compile=1800", "CONV_SWEEP_TIMEOUT": "900"},
                              default_build_dir=tmp_path / "b", base_dir=tmp_path)
     assert capped.limit(case, "compile").seconds == 900  # CONV_SWEEP_TIMEOUT caps every limit
+
+
+def test_a_variable_that_is_no_knob_is_refused_naming_the_closest_knob(tmp_path):
+    for env, problem in [({"CONV_SWEEP_TARGT": "torq"}, "is not a knob; did you mean CONV_SWEEP_TARGET?"),
+                         ({"CONV_SWEEP_build_dir": "b"}, "is not a knob; did you mean CONV_SWEEP_BUILD_DIR?"),
+                         ({"CONV_SWEEP_DATA": "adversarial"}, "is not a knob"),  # nothing close
+                         ({"CONV_SWEEP_TIMOUT": "9", "CONV_SWEEP_N": "ten"}, "is not a knob; did you mean "
+                                                                             "CONV_SWEEP_TIMEOUT?")]:  # before N
+        with pytest.raises(ConfigError) as err:
+            Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), **env})
+        name = next(k for k in env if k != "CONV_SWEEP_N")
+        assert (err.value.field, err.value.value) == (name, env[name])
+        assert err.value.problem == f"{problem} (docs/knobs.md lists them)"
+    assert Config.from_env({"CONV_SWEEP": "x", "CONV_SWEEPS_N": "x", "CONV_SWEEP_N": "1"}, tmp_path).n == 1
+
+
+def test_the_declared_defaults_are_the_defaults(tmp_path):
+    from pipeline.config import KNOBS, jobs, order, progress_interval
+
+    default = {k.name: k.default for k in KNOBS}
+    assert len(default) == len(KNOBS) and all(name.startswith("CONV_SWEEP_") for name in default)
+    cfg = Config.from_env({"CONV_SWEEP_CACHE_DIR": "off"}, default_build_dir=tmp_path)
+    assert cfg.n == int(default["CONV_SWEEP_N"]) and cfg.timeout == float(default["CONV_SWEEP_TIMEOUT"])
+    assert [t.name for t in cfg.targets] == [default["CONV_SWEEP_TARGET"]]
+    assert cfg.predicted_timeouts == (default["CONV_SWEEP_TIMEOUTS"] == "predicted")
+    assert (progress_interval({}), order({}), jobs({})) == (float(default["CONV_SWEEP_PROGRESS_INTERVAL"]),
+                                                            default["CONV_SWEEP_ORDER"], int(default["CONV_SWEEP_JOBS"]))
+    assert cfg.artifacts == default["CONV_SWEEP_ARTIFACTS"] and cfg.benchmark == (default["CONV_SWEEP_BENCHMARK"] == "1")

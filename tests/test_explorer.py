@@ -1,6 +1,7 @@
 """report.html's case table in a real browser (Debian's Chromium through Selenium and its
 chromium-driver): filter to a bucket and count the rows, open a case, reload from a fragment,
-no console errors; and the error map of a numeric failure."""
+no console errors; a link with a view opens scrolled to it; and the error map of a numeric
+failure."""
 import json
 import os
 import shutil
@@ -66,7 +67,8 @@ def page(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     chromedriver = shutil.which("chromedriver")
-    assert chromedriver and os.path.exists("/usr/bin/chromium"), "install Debian's chromium and chromium-driver (.ci/run)"
+    assert chromedriver and os.path.exists("/usr/bin/chromium"), \
+        "install Debian's chromium and chromium-driver (the README's test line)"
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -127,6 +129,57 @@ def test_filter_open_reload_and_no_console_errors(page, browser):
 
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
+
+
+def _landing(driver, url, element):
+    """Open `url` afresh (not as a fragment change of the page shown) and return (scrollY, the
+    top of `element` in the viewport, the viewport's height) once the page is loaded."""
+    driver.get("about:blank")
+    driver.get(url)
+    return _where(driver, element)
+
+
+def _where(driver, element):
+    return driver.execute_script(
+        "const e = document.getElementById(arguments[0]);"
+        "return [window.scrollY, e.getBoundingClientRect().top, window.innerHeight];", element)
+
+
+def test_a_link_lands_on_its_view(tmp_path, browser):
+    """The view a fragment names is on screen, at the viewport's top, when the page opens with
+    it or when the fragment changes; a page without one opens at its top."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    entries = [_entry(f"conv_tflite_w8i8_ok{i}", "pass") for i in range(40)]  # enough rows to fill a screen
+    entries += [_entry(f"conv_tflite_f32_broken{i}", "xfail", "compile", REASON, flavor="f32") for i in range(30)]
+    write_report(entries, tmp_path, {"compiler": "torq-compile"})
+    page = tmp_path / "report.html"
+    browser.set_window_size(1000, 700)
+    scroll, top, height = _landing(browser, page.as_uri(), "cases-heading")
+    assert scroll == 0 and top > height, "the table starts below the first screen: there is somewhere to land"
+
+    scroll, top, height = _landing(browser, page.as_uri() + "#status=xfail&flavor=tflite_f32", "cases-heading")
+    assert browser.find_element(By.ID, "shown").text == "30 of 70"
+    assert scroll > 0 and 0 <= top < 0.1 * height, (scroll, top, height)
+
+    scroll, top, height = _landing(browser, page.as_uri() + "#case=conv_tflite_w8i8_ok3@torq", "case-view")
+    assert browser.find_element(By.ID, "case-title").text == "conv_tflite_w8i8_ok3"
+    assert scroll > 0 and 0 <= top < 0.1 * height, (scroll, top, height)
+
+    # a fragment changed after the page opened lands too; a view closed by its link stays on the table
+    scroll, _, _ = _landing(browser, page.as_uri(), "cases-heading")
+    assert scroll == 0
+    browser.execute_script("location.hash = 'case=conv_tflite_f32_broken1@torq';")
+    WebDriverWait(browser, 5).until(lambda d: d.find_element(By.ID, "case-view").is_displayed())
+    scroll, top, height = _where(browser, "case-view")
+    assert browser.find_element(By.ID, "case-title").text == "conv_tflite_f32_broken1"
+    assert scroll > 0 and 0 <= top < 0.1 * height, (scroll, top, height)
+    browser.find_element(By.ID, "close-case").click()
+    scroll, top, height = _where(browser, "cases-heading")
+    assert not browser.find_element(By.ID, "case-view").is_displayed()
+    assert scroll > 0 and 0 <= top < 0.1 * height, (scroll, top, height)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
 def test_compare_html_lists_filter_search_and_sort(tmp_path, browser):

@@ -1,5 +1,6 @@
 """Work that can crash runs in a helper process: a crash, a hang or an exception there is one
 case's StageError, and the next call gets a fresh helper."""
+import errno
 import json
 import os
 import signal
@@ -53,9 +54,8 @@ def test_a_helper_s_temporary_files_go_with_it(tmp_path):
         call(os.abort, helper="tmp", stage="model", timeout=30, log=tmp_path / "log")
     assert not os.path.exists(isolate.helper_tmp(pid))  # crashed: removed by the caller
     helper = subprocess.Popen([sys.executable, "-m", "pipeline.core.isolate"], stdin=subprocess.PIPE)
-    for _ in range(500):
-        if os.path.isdir(isolate.helper_tmp(helper.pid)):
-            break
+    deadline = time.monotonic() + 120  # its start: a Python interpreter and its imports
+    while not os.path.isdir(isolate.helper_tmp(helper.pid)) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert os.path.isdir(isolate.helper_tmp(helper.pid))
     helper.stdin.close()  # its caller gone (however it went): the helper ends and removes it
@@ -84,44 +84,91 @@ def test_an_exception_raised_by_our_own_code_is_a_harness_error(tmp_path):
     assert not issubclass(HarnessError, StageError)
 
 
+def _write_end_once_read(fifo, timeout: float = 120) -> int:
+    """The FIFO's write end, opened once something has opened it for reading: the `cat` a
+    helper runs for a call has started, so that call holds the helper. `cat` reads until this
+    end is closed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as err:  # ENXIO: no reader yet
+            if err.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
+
+
 def test_a_shared_helper_serves_every_thread_one_call_at_a_time(tmp_path):
     """Threads share a SHARED helper (one TensorFlow import per run): calls take turns, the
     turn a thread waited for is counted apart (not in its call's timeout or its stage's time),
     and a crash fails the call that ran, not the one waiting, which gets a fresh helper."""
+    import subprocess
+
     from pipeline.core import isolate
 
     name = isolate.SHARED[0]
     first = call(os.getpid, helper=name, stage="model", timeout=30, log=tmp_path / "log")
-    found, errors, waits = [], [], {}
+    found, errors, waits, spans = [], [], {}, {}
+    queued, waiting = [], threading.Event()
 
     def work(i, function, *args):
+        began = time.monotonic()
         before = isolate.waited()
         try:
-            found.append((i, call(function, *args, helper=name, stage="model", timeout=30, log=tmp_path / f"{i}")))
+            found.append((i, call(function, *args, helper=name, stage="model", timeout=300, log=tmp_path / f"{i}")))
         except StageError as err:
             errors.append((i, err.reason))
         waits[i] = isolate.waited() - before
+        spans[i] = (began, time.monotonic())
 
-    threads = [threading.Thread(target=work, args=(0, time.sleep, 1.5))]
-    threads[0].start()
-    time.sleep(0.3)  # the sleep holds the helper
-    threads.append(threading.Thread(target=work, args=(1, os.getpid)))
-    threads[1].start()
-    for t in threads:
-        t.join()
-    assert sorted(found) == [(0, None), (1, first)] and not errors  # one helper process for both threads
-    assert waits[0] < 0.2 and 0.8 < waits[1] < 1.5, waits
+    def found_busy(helper):
+        queued.append((threading.current_thread().name, helper))
+        waiting.set()
 
-    found.clear()
-    threads = [threading.Thread(target=work, args=(0, time.sleep, 5)), threading.Thread(target=work, args=(1, os.getpid))]
-    threads[0].start()
-    time.sleep(0.3)
-    threads[1].start()  # waits for its turn
-    time.sleep(0.3)
-    os.kill(first, signal.SIGABRT)  # the helper dies under thread 0's call
-    for t in threads:
-        t.join()
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    holding = (subprocess.call, ["cat", str(hold)])  # a call that lasts until the test closes the FIFO
+    isolate.waiting_hooks.append(found_busy)
+    try:
+        threads = [threading.Thread(target=work, args=(0, *holding), name="t0"),
+                   threading.Thread(target=work, args=(1, os.getpid), name="t1")]
+        threads[0].start()
+        writer = _write_end_once_read(hold)  # thread 0's call runs in the helper: it has its turn
+        try:
+            holding_since = time.monotonic()
+            threads[1].start()
+            assert waiting.wait(timeout=120)  # thread 1 found the helper busy, and waits
+            seen = time.monotonic()
+            time.sleep(0.5)  # the helper stays busy a while longer; any length would do
+            released = time.monotonic()
+        finally:
+            os.close(writer)  # thread 0's call ends
+        for t in threads:
+            t.join(timeout=300)
+        assert sorted(found) == [(0, 0), (1, first)] and not errors  # one helper process for both threads
+        assert queued == [("t1", name)]  # thread 0 had its turn at once
+        # thread 0's wait ended before its call began; thread 1 waited from before it was seen
+        # queued to after the helper was released, and no longer than its whole call
+        assert waits[0] <= holding_since - spans[0][0], (waits, spans)
+        assert released - seen <= waits[1] <= spans[1][1] - spans[1][0], (waits, spans, seen, released)
+
+        found.clear()
+        queued.clear()
+        waiting.clear()
+        threads = [threading.Thread(target=work, args=(0, *holding), name="t0"),
+                   threading.Thread(target=work, args=(1, os.getpid), name="t1")]
+        threads[0].start()
+        writer = _write_end_once_read(hold)  # thread 0's call holds the helper
+        try:
+            threads[1].start()
+            assert waiting.wait(timeout=120)  # thread 1 waits for its turn
+            os.kill(first, signal.SIGABRT)  # the helper dies under thread 0's call
+            for t in threads:
+                t.join(timeout=300)
+        finally:
+            os.close(writer)  # the orphaned cat ends
+    finally:
+        isolate.waiting_hooks.remove(found_busy)
     crashed = [i for i, reason in errors if "SIGABRT" in reason]
     assert crashed == [0] and len(found) == 1 and found[0][0] == 1 and found[0][1] != first, (errors, found)
-
-
+    assert queued == [("t1", name)]

@@ -1,13 +1,18 @@
-"""Every knob in docs/knobs.md's table is checked when dodo.py loads: `doit list` with a bad
-value of it fails with one line naming it, and no traceback."""
+"""The knobs are declared once (pipeline/config.py, KNOBS): docs/knobs.md's table lists exactly
+them, in order, with their defaults; each is checked when dodo.py loads, so `doit list` with a
+bad value of it fails with one line naming it, and no traceback; and a CONV_SWEEP_* variable
+that is not a knob is refused the same way."""
 import re
 
 import pytest
 
+from pipeline.config import KNOBS
+
 from helpers import ROOT, clean_env, doit
 
 KNOBS_DOC = ROOT / "docs" / "knobs.md"
-NOT_KNOBS = {"CONV_SWEEP_REPORT_AT_END"}  # set by a run for its workers; the table says so
+DECLARED = [k.name for k in KNOBS]
+BAD_CONFIGURATION = "conv-sweep: bad configuration, nothing was run: "
 
 
 def _bad_values(tmp):
@@ -26,18 +31,34 @@ def _bad_values(tmp):
     }
 
 
-def _documented() -> list[str]:
-    return sorted(set(re.findall(r"^\| `(CONV_SWEEP_[A-Z_]+)`", KNOBS_DOC.read_text(), re.M)) - NOT_KNOBS)
+def test_the_docs_table_is_the_declaration():
+    """Every row of docs/knobs.md's table `| `NAME` | default | meaning |`, in order: the declared
+    knobs and no other name, each with its declared default (backticks aside)."""
+    rows = re.findall(r"^\| `(CONV_SWEEP_\w+)` \| ([^|]*) \|", KNOBS_DOC.read_text(), re.M)
+    assert [name for name, _ in rows] == DECLARED
+    assert [default.replace("`", "").strip() for _, default in rows] == [k.default for k in KNOBS]
 
 
-def test_every_documented_knob_has_a_bad_value_here(tmp_path):
-    assert sorted(_bad_values(tmp_path)) == _documented()
+def test_every_declared_knob_has_a_bad_value_here(tmp_path):
+    assert sorted(_bad_values(tmp_path)) == sorted(DECLARED)
 
 
-@pytest.mark.parametrize("knob", _documented())
+@pytest.mark.parametrize("knob", DECLARED)
 def test_a_bad_knob_stops_doit_list_with_one_line_naming_it(knob, tmp_path):
     value = _bad_values(tmp_path)[knob]
     run = doit("list", env=clean_env(**{"CONV_SWEEP_BUILD_DIR": tmp_path / "build", knob: value}), timeout=60)
     assert run.returncode != 0
-    assert run.stderr.startswith(f"conv-sweep: bad configuration, nothing was run: {knob}="), run.stderr
+    assert run.stderr.startswith(f"{BAD_CONFIGURATION}{knob}="), run.stderr
     assert run.stderr.strip().count("\n") == 0 and "Traceback" not in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("variable, value, said", [
+    ("CONV_SWEEP_TARGT", "torq", "CONV_SWEEP_TARGT='torq': is not a knob; did you mean CONV_SWEEP_TARGET? "
+                                 "(docs/knobs.md lists them)"),
+    ("CONV_SWEEP_DATA", "adversarial", "CONV_SWEEP_DATA='adversarial': is not a knob (docs/knobs.md lists them)"),
+])
+def test_a_variable_that_is_no_knob_stops_doit_list_naming_it_and_the_closest(variable, value, said, tmp_path):
+    run = doit("list", env=clean_env(**{"CONV_SWEEP_BUILD_DIR": tmp_path / "build", variable: value}), timeout=60)
+    assert run.returncode != 0
+    assert run.stderr == f"{BAD_CONFIGURATION}{said}\n"
+    assert run.stdout == ""

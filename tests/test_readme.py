@@ -9,6 +9,10 @@ A command line may end with a comment saying what it does:
 `fails:` means it must exit non-zero with one line naming the knob it sets and holding the
 text after `fails:`; `prints:` means it must succeed and print that text. Any other command
 must succeed.
+
+The README's test line, marked `# .ci/run runs this line`, is what .ci/run runs (CI): it
+installs everything the tests need, system packages included, so that it passes on a fresh
+machine as it does in CI.
 """
 import json
 import os
@@ -158,6 +162,42 @@ def test_documented_command(doc, cmd, ran):
         assert cmd["text"] in out, f"{cmd['text']!r} not printed: {said}"
     if cmd["command"] == "doit report":
         assert (build / "report" / "llvm-cpu" / "results.json").is_file(), f"no report in the build folder: {said}"
+
+
+CI_MARK = "# .ci/run runs this line"
+CI_RUN = ROOT / ".ci" / "run"
+
+
+def _ci_print(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(root / ".ci" / "run"), "--print"], env=clean_env(CI="true"),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_ci_runs_the_readme_s_test_line_which_installs_what_the_tests_need():
+    marked = [line for line in _shell_lines(README.read_text()) if line.endswith(CI_MARK)]
+    assert len(marked) == 1, f"README.md: {len(marked)} shell lines end with {CI_MARK!r}, expected its one test line"
+    line = _split_comment(marked[0])[0]
+    done = _ci_print(ROOT)
+    assert done.returncode == 0 and done.stdout == line + "\n", done.stdout + done.stderr
+    steps = [shlex.split(step) for step in line.split("&&")]
+    installed = {word for step in steps if step[:2] == ["apt-get", "install"] for word in step[2:]
+                 if not word.startswith("-")}
+    # Debian's chromium and its driver: the report in a real browser (tests/test_explorer.py, tests/test_report.py)
+    assert {"chromium", "chromium-driver"} <= installed, installed
+    assert ["apt-get", "update"] in steps and steps.index(["apt-get", "update"]) < \
+        next(i for i, step in enumerate(steps) if step[:2] == ["apt-get", "install"])
+    assert [".venv/bin/pip", "install", "-e", ".[test]"] in steps  # the test extra (selenium, ...)
+    assert [".venv/bin/doit", "toolchain"] in steps  # the Torq tools the slow tests run
+    assert steps[-1] == [".venv/bin/pytest"]  # the full tier, as `pytest` in "Tests: which tier when"
+
+
+@pytest.mark.parametrize("marks", [0, 2])
+def test_ci_refuses_a_readme_without_its_one_test_line(tmp_path, marks):
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_bytes(CI_RUN.read_bytes())
+    (tmp_path / "README.md").write_text("```sh\n" + f"true  {CI_MARK}\n" * marks + "```\n")
+    done = _ci_print(tmp_path)
+    assert done.returncode == 2 and done.stdout == "" and "exactly one line ending with" in done.stderr
 
 
 def _prose(text: str) -> str:

@@ -1,5 +1,7 @@
 """Task selection that forgives: a case's name as the report prints it selects that case on
-every selected target, and a pattern that matches no task stops the command, naming it."""
+every selected target, and a pattern that matches no task or a misspelt name stops the command,
+naming it and the closest task names."""
+import fnmatch
 import json
 
 import pytest
@@ -15,8 +17,6 @@ NAMES = ["model:conv_onnx_f32_a", "mlir:conv_onnx_f32_a", "vmfb:conv_onnx_f32_a@
 
 
 def _wild(pattern):
-    import fnmatch
-
     return [n for n in NAMES if fnmatch.fnmatch(n, pattern)]
 
 
@@ -25,8 +25,38 @@ def test_a_case_name_selects_the_case_on_every_target():
         ["verify:conv_onnx_f32_a@llvm-cpu", "verify:conv_onnx_f32_a@vmvx"]  # not conv_onnx_f32_ab
     assert selection.expand(["vmfb:conv_onnx_f32_a", "-x"], NAMES, _wild) == \
         ["vmfb:conv_onnx_f32_a@llvm-cpu", "vmfb:conv_onnx_f32_a@vmvx", "-x"]
-    same = ["verify:conv_onnx_f32_a@vmvx", "model:conv_onnx_f32_a", "verify:nothing", "verify:conv_*"]
-    assert selection.expand(same, NAMES, _wild) == same  # full names, shared stages, the unknown: doit's
+    same = ["verify:conv_onnx_f32_a@vmvx", "model:conv_onnx_f32_a", "verify:conv_*", "verify", "sweep", "build/a.npy"]
+    assert selection.expand(same, NAMES, _wild) == same  # full names, shared stages, patterns; the rest: doit's
+
+
+def test_a_name_under_a_task_that_is_no_task_is_an_error_naming_the_closest():
+    with pytest.raises(InvalidCommand, match=r'^"verify:conv_onnx_f32_b" is not a task; did you mean '
+                                             r"verify:conv_onnx_f32_ab@vmvx, verify:conv_onnx_f32_a@vmvx, "
+                                             r"verify:conv_onnx_f32_a@llvm-cpu\? \(`doit list --all` lists them\)$"):
+        selection.expand(["verify:conv_onnx_f32_b"], NAMES, _wild)
+    with pytest.raises(InvalidCommand, match=r'^"vmfb:conv_onnx_f32_a@llvm" is not a task; did you mean '
+                                             r"vmfb:conv_onnx_f32_a@llvm-cpu\? \(`doit list --all` lists them\)$"):
+        selection.expand(["vmfb:conv_onnx_f32_a@llvm"], NAMES, _wild)  # a target's name cut short
+    with pytest.raises(InvalidCommand, match=r'^"mlir:conv_onnx_f23_a" is not a task; did you mean mlir:conv_onnx_f32_a\?'):
+        selection.expand(["mlir:conv_onnx_f23_a"], NAMES, _wild)  # a shared stage's case
+    with pytest.raises(InvalidCommand, match=r'^"verify:xyz" is not a task \(`doit list --all` lists them\)$'):
+        selection.expand(["verify:xyz"], NAMES, _wild)  # nothing close: no guess
+
+
+def test_suggestions_rank_by_the_literal_parts_typed_then_the_common_start():
+    geometries = ["w52_h44_f512_k4_c256_s4x4_pvalid", "w35_h44_f512_k4_c256_s4x4_pvalid",
+                  "w56_h44_f512_k4_c256_s4x4_pvalid", "w51_h44_f512_k4_c256_s4x4_pvalid", "w51_h12_f8_k4_c16_r1"]
+    names = [f"{stage}:conv_tflite_f32_{g}@torq" for stage in ("vmfb", "verify") for g in geometries]
+    wild = lambda pattern: fnmatch.filter(names, pattern)  # noqa: E731
+    near = selection.closest("verify:conv_tflite_f32_w51*pvalidx*", names, wild)
+    assert near[0] == "verify:conv_tflite_f32_w51_h44_f512_k4_c256_s4x4_pvalid@torq"
+    assert near[1] == "verify:conv_tflite_f32_w51_h12_f8_k4_c16_r1@torq"  # the w51 prefix typed, then the rest
+    assert all(n.startswith("verify:") for n in near)  # the stage typed
+    # more of the parts typed, in order, before a longer common start
+    assert selection.closest("verify:conv_tflite_f32_w5*c16*", names, wild)[0] == \
+        "verify:conv_tflite_f32_w51_h12_f8_k4_c16_r1@torq"
+    assert "verify:conv_tflite_f32_w51_h12_f8_k4_c16_r1@torq" not in \
+        selection.closest("verify:conv_tflite_f32_w5*pvalid*", names, wild)  # holds one part of two
 
 
 def test_a_pattern_matching_nothing_is_an_error_naming_it():
@@ -42,6 +72,18 @@ def test_a_pattern_matching_nothing_is_an_error_naming_it():
 def test_what_follows_a_task_with_positional_arguments_is_its_own():
     args = ["bugreport", "verify:conv_*_a", "verify:conv_onnx_f32_a"]
     assert selection.expand(args, NAMES, _wild, frozenset({"bugreport"})) == args
+
+
+def test_through_doit_a_misspelt_case_stops_before_any_task_naming_the_case(tmp_path):
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", SMALL), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET="llvm-cpu,vmvx")
+    typo = f"verify:conv_onnx_f23_{IDS[1]}"
+    run = doit(typo, env=env, timeout=120)
+    assert run.returncode != 0
+    line, = run.stderr.splitlines()
+    assert f'"{typo}" is not a task; did you mean verify:conv_onnx_f32_{IDS[1]}@' in line, line
+    assert f"verify:conv_onnx_f32_{IDS[1]}@llvm-cpu" in line and f"verify:conv_onnx_f32_{IDS[1]}@vmvx" in line, line
+    assert not (tmp_path / "build" / "cases").exists()
 
 
 @pytest.mark.slow

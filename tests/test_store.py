@@ -7,6 +7,7 @@ not; with the store off nothing is taken or written."""
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -130,6 +131,38 @@ def test_prune_by_age_then_by_size_keeps_what_is_named(tmp_path):
     os.utime(store._entry(keys[1]), (old + 86400, old + 86400))  # keys[1] is now the least recently used
     assert store.prune(max_bytes=1500)["entries_kept"] == 1
     assert store.get(keys[2], tmp_path / "d", ["f"]) and store.get(keys[1], tmp_path / "d", ["f"]) is None
+
+
+# Under a given umask, in a child process (the umask is the process's): a file stored by a hard
+# link, bytes stored from memory, a file taken, a copy (where links are refused), and the modes.
+UMASK_CHILD = """
+import json, os, sys
+from pathlib import Path
+from pipeline.core.store import Store, _atomic_copy, key_of
+root = Path(sys.argv[1])
+(root / "src").mkdir()
+(root / "src" / "model.vmfb").write_bytes(b"module")
+store = Store(root / "store")
+store.put(key_of({"stage": "vmfb"}), root / "src", ["model.vmfb"])
+store.put_data(key_of({"stage": "oracle"}), {"oracle.pickle": b"refs"})
+store.get(key_of({"stage": "vmfb"}), root / "dest", ["model.vmfb"])
+_atomic_copy(root / "src" / "model.vmfb", root / "copy" / "model.vmfb")
+mode = lambda path: os.stat(path).st_mode & 0o777
+print(json.dumps({"objects": sorted({mode(p) for p in (root / "store").glob("objects/*/*")}),
+                  "entries": sorted({mode(p) for p in (root / "store").glob("entries/*/*.json")}),
+                  "taken": mode(root / "dest" / "model.vmfb"), "copy": mode(root / "copy" / "model.vmfb")}))
+"""
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_objects_stay_read_only_and_the_rest_gets_the_umask_s_mode(tmp_path, mask, mode):
+    """Objects (and the build folder's files linked to them) are read-only, never written in
+    place; entries and copies get the mode open() would give, not mkstemp's 0o600."""
+    done = subprocess.run([sys.executable, "-c", UMASK_CHILD, str(tmp_path)], cwd=ROOT, umask=mask,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"objects": [0o444], "entries": [mode], "taken": 0o444, "copy": mode}
+    assert not [p for p in (tmp_path / "store").rglob(".*")]  # no temporary file left behind
 
 
 # ------------------------------------------------------------------ through doit, with the real tools

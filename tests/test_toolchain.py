@@ -47,12 +47,22 @@ def test_killed_install_leaves_nothing_trusted(tmp_path):
     root = tmp_path / "tc"
     proc = subprocess.Popen([*DOIT, "toolchain"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(root.glob(".*partial*")):
-        time.sleep(0.05)
-    time.sleep(0.5)  # somewhere inside the download or the unpacking
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        # killed once the wheels are downloaded and being unpacked into the install's folder
+        deadline = time.monotonic() + 1800
+        while not list(root.glob(".*.partial.*/wheels")):
+            assert proc.poll() is None, "the install ended before it could be killed"
+            assert time.monotonic() < deadline, "the install never started unpacking"
+            time.sleep(0.01)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the install and the tools it runs (pip, apt-get)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed, not ended
+    [partial] = root.glob(".*.partial.*")
+    assert (partial / "wheels").is_dir() and not (partial / toolchain.MANIFEST).exists()  # half-installed
     assert toolchain.manifest(root) is None  # nothing half-installed is trusted
     run = doit("toolchain", env=env, timeout=1800)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -53,6 +53,41 @@ def test_atomic_output_keeps_the_old_file_when_the_writer_fails(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.vmfb"]
 
 
+# Written under a given umask, in a child process (the umask is the process's): a report, a
+# module written through atomic_output, and what file_mode and both ways of reading the umask say.
+UMASK_CHILD = """
+import json, os, sys
+from pathlib import Path
+from pipeline.core.tools import atomic_output, file_mode, umask, umask_by_setting, write_text
+folder = Path(sys.argv[1])
+write_text(folder / "report" / "report.html", "<html></html>")
+with atomic_output(folder / "case" / "model.vmfb") as tmp:
+    tmp.write_bytes(b"module")
+print(json.dumps({"report": os.stat(folder / "report" / "report.html").st_mode & 0o777,
+                  "module": os.stat(folder / "case" / "model.vmfb").st_mode & 0o777,
+                  "file_mode": file_mode(), "umask": umask(), "by_setting": umask_by_setting(),
+                  "after": os.umask(0)}))
+"""
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_get_the_mode_the_umask_gives(tmp_path, mask, mode):
+    """As open() would, not mkstemp's 0o600: a report a CI web server or a colleague can read."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    done = subprocess.run([sys.executable, "-c", UMASK_CHILD, str(tmp_path)], cwd=ROOT, umask=mask,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said == {"report": mode, "module": mode, "file_mode": mode, "umask": mask, "by_setting": mask,
+                    "after": mask}  # reading the umask left it as it was
+    assert sorted(p.name for p in (tmp_path / "case").iterdir()) == ["model.vmfb"]  # no temporary file left
+
+
 def test_reason_is_the_first_error_line_when_there_is_one(tmp_path):
     script = "echo 'note: a'; echo 'm.mlir:3:5: error: failed to legalize' >&2; echo 'note: b' >&2; exit 1"
     with pytest.raises(StageError) as err:

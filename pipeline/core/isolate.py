@@ -38,6 +38,9 @@ _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions tha
 SHARED = ("model-tflite", "model-onnx")
 _locks: dict[tuple, threading.Lock] = {}
 _locks_lock = threading.Lock()
+# Called with the helper's name by a thread that finds a shared helper busy, just before it waits
+# for its turn: how an observer (a test) knows a thread is queued. None are set in a run.
+waiting_hooks: list = []
 _waits = threading.local()
 STARTUP_TIMEOUT = 600.0  # seconds for a helper's one-off imports (TensorFlow, torch); not a tool run
 
@@ -88,9 +91,15 @@ def _turn(name: str):
     with _locks_lock:
         lock = _locks.setdefault(_key(name), threading.Lock())
     start = time.monotonic()
-    with lock:
+    if not lock.acquire(blocking=False):
+        for hook in waiting_hooks:
+            hook(name)
+        lock.acquire()
+    try:
         _waits.seconds = waited() + time.monotonic() - start
         yield
+    finally:
+        lock.release()
 
 
 def waited() -> float:

@@ -32,13 +32,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.integrity import sha256
+from pipeline.core.tools import temp_beside
 
 DISABLED = ("off", "none", "0")  # CONV_SWEEP_CACHE_DIR values that turn the store off
 
@@ -63,9 +63,10 @@ class Hit:
 
 
 def _atomic_copy(source: Path, dest: Path) -> None:
+    """A copy of source at dest, with the mode the umask gives (an object is made read-only by
+    its caller)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
+    tmp = temp_beside(dest, ".tmp")
     try:
         shutil.copyfile(source, tmp)
         os.replace(tmp, dest)
@@ -93,10 +94,11 @@ def _atomic_link(source: Path, dest: Path) -> None:
 
 
 def _atomic_write(dest: Path, data: bytes) -> None:
+    """`data` at dest, with the mode the umask gives (an object is made read-only by its caller)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    tmp = temp_beside(dest, ".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, dest)
     finally:

@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from functools import lru_cache
@@ -49,14 +50,58 @@ def launch_problem(launch: tuple[str, ...]) -> str | None:
     return None
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def file_mode() -> int:
+    """The mode open() gives a new file here: 0o666 less the process's umask."""
+    return 0o666 & ~umask()
+
+
+def umask() -> int:
+    """The process's umask, read from /proc/self/status: nothing changes that another thread
+    could see. Where the kernel does not show it, umask_by_setting()."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return umask_by_setting()
+
+
+def umask_by_setting() -> int:
+    """The process's umask, set and restored under a lock, for that moment as 0o077: a file
+    another thread creates then is private, never more open than it should be."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def temp_beside(path: Path, suffix: str) -> str:
+    """A new empty file in `path`'s folder (mkstemp: a name no one else has) with the mode open()
+    would give `path` (mkstemp's own is 0o600: unreadable to a web server or a colleague)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode())
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
+
+
 @contextmanager
 def atomic_output(path: Path, suffix: str | None = None):
-    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it over `path` only if the block succeeds.
+    The file gets the mode the umask gives, as open() would."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp",
-                               dir=path.parent)
-    os.close(fd)
+    tmp = temp_beside(path, suffix or path.suffix or ".tmp")
     try:
         yield Path(tmp)
         os.replace(tmp, path)

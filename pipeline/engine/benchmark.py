@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -300,7 +301,7 @@ def table(figures: dict) -> str:
                   for p in pairs]
         for ratio in ("cold / floor", "dask / cold"):
             values = sorted(p[ratio] for p in pairs)
-            lines.append(f"  {ratio}: median {values[len(values) // 2]:.3f}, max {values[-1]:.3f}")
+            lines.append(f"  {ratio}: median {statistics.median(values):.3f}, max {values[-1]:.3f}")
     for name, r in figures.get("torq", {}).items():
         if name == "false cuts":
             lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")

@@ -6,54 +6,62 @@ report prints the case's name; `doit verify:<case>` (and `vmfb:`) selects that c
 every selected target. A pattern (`*`) that matches nothing stops the command before any
 task, naming the pattern: doit would otherwise run nothing and exit 0.
 
-doit has no hook for how the command line selects tasks, so this module wraps one method of its
-private TaskControl (doit.control), written against doit 0.37.0, the version pyproject.toml
-pins: install() patches only that exact method source and says so loudly otherwise, and
-tests/test_selection.py fails when doit changes. Nothing is added to the task list, so
+The run, clean, forget, ignore and reset-dep commands (pipeline/engine/command.py) expand
+their selection with `expand` before doit reads it. Nothing is added to the task list, so
 `doit list` costs what it did.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
-import sys
-
-from doit.control import TaskControl
 from doit.exceptions import InvalidCommand
 
-PER_TARGET = ("vmfb", "verify")  # the tasks named <case>@<target>
+from pipeline.core.chain import SHARED_TASKS, TASKS
 
-# sha256 of inspect.getsource(TaskControl._process_filter) + (TaskControl._get_wild_tasks) in doit 0.37.0
-WRITTEN_FOR = "09dec4d3f14c3d4c46405a0d57055757ad944908ad3aeae51f684c9e37bfab64"
-
-
-_process_filter = TaskControl._process_filter  # doit's own, before install() replaces it
-
-
-def selection_digest() -> str:
-    source = inspect.getsource(_process_filter) + inspect.getsource(TaskControl._get_wild_tasks)
-    return hashlib.sha256(source.encode()).hexdigest()
+PER_TARGET = tuple(t for t in TASKS if t not in SHARED_TASKS)  # the tasks named <case>@<target>
 
 
 def closest(pattern: str, names: list[str], wild, most: int = 3) -> list[str]:
-    """Task names close to a pattern that matched none: what it matches with a trailing `*`,
-    else the names most like it."""
+    """Task names close to a pattern or name that matched none: what it matches with a trailing
+    `*`, else the names of its stage most like it: first those holding more of its literal
+    parts after the stage (split on `*`) in order, then those sharing a longer start with it,
+    then by difflib's ratio; a name holding none of the parts only with a ratio of 0.5 or more."""
     import difflib
+    import os
 
     found = wild(pattern + "*") if not pattern.endswith("*") else []
     if found:
         return found[:most]
     stage = pattern.split(":", 1)[0] + ":"
-    same_stage = [n for n in names if n.startswith(stage)] or names
-    return difflib.get_close_matches(pattern.replace("*", ""), same_stage, n=most, cutoff=0.5)
+    same_stage = [n for n in names if n.startswith(stage)]
+    skip = len(stage) if same_stage else 0  # the stage, shared by every candidate, tells none apart
+    parts = [p for p in pattern[skip:].split("*") if p]
+
+    def likeness(name: str) -> tuple[int, int, float]:
+        held, at = 0, skip
+        for part in parts:
+            where = name.find(part, at)
+            if where >= 0:
+                held, at = held + 1, where + len(part)
+        ratio = difflib.SequenceMatcher(None, pattern.replace("*", ""), name).ratio()
+        return held, len(os.path.commonprefix([pattern, name])), ratio
+
+    scored = sorted(((likeness(n), n) for n in same_stage or names), key=lambda s: s[0], reverse=True)
+    return [n for (held, _, ratio), n in scored if held or ratio >= 0.5][:most]
 
 
 def expand(selection: list[str], names: list[str], wild, positional: frozenset = frozenset()) -> list[str]:
     """The command line's selection with every `<stage>:<case>` of a per-target stage replaced by
     that case's tasks on each target (`names`: every task, in order); a pattern matching no
-    task (`wild(pattern)` lists what it matches) is an InvalidCommand naming it and the closest
-    task names. After a task taking positional arguments (`positional`), the rest is its own."""
+    task (`wild(pattern)` lists what it matches), and a `<task>:<name>` under a task with
+    subtasks that is no task, are an InvalidCommand naming it and the closest task names.
+    After a task taking positional arguments (`positional`), the rest is its own; anything
+    else (a plain task name, a file) is doit's."""
     known = set(names)
+    groups = {n.split(":", 1)[0] for n in names if ":" in n}  # tasks with subtasks <task>:<name>
+
+    def guess(item: str) -> str:
+        near = closest(item, names, wild)
+        return (f"; did you mean {', '.join(near)}?" if near else "") + " (`doit list --all` lists them)"
+
     out = []
     for i, item in enumerate(selection):
         if item in positional:
@@ -61,9 +69,7 @@ def expand(selection: list[str], names: list[str], wild, positional: frozenset =
         if "*" in item:
             if not wild(item):
                 hint = "" if item.endswith("*") else "; a pattern matches whole task names: end it with * to match a prefix"
-                near = closest(item, names, wild)
-                guess = f"; did you mean {', '.join(near)}?" if near else ""
-                raise InvalidCommand(f'"{item}" matches no task{hint}{guess} (`doit list --all` lists them)')
+                raise InvalidCommand(f'"{item}" matches no task{hint}{guess(item)}')
             out.append(item)
             continue
         stage, sep, case = item.partition(":")
@@ -72,19 +78,8 @@ def expand(selection: list[str], names: list[str], wild, positional: frozenset =
             if on_targets:
                 out.extend(on_targets)
                 continue
+        if sep and stage in groups and item not in known:
+            raise InvalidCommand(f'"{item}" is not a task{guess(item)}')
         out.append(item)
     return out
 
-
-def _process_filter_forgiving(self, task_selection):
-    positional = frozenset(name for name, task in self.tasks.items() if task.pos_arg)
-    return _process_filter(self, expand(list(task_selection), list(self._def_order), self._get_wild_tasks, positional))
-
-
-def install() -> None:
-    if selection_digest() != WRITTEN_FOR:
-        print("conv-sweep: this doit's task selection is not the one pipeline/engine/selection.py was written for "
-              "(doit 0.37.0): a case name does not select its tasks, and a pattern matching nothing runs nothing",
-              file=sys.stderr)
-        return
-    TaskControl._process_filter = _process_filter_forgiving

@@ -1,5 +1,7 @@
 // The case table of report.html: filters, search, sorting, the view in the URL fragment, and
 // one case's own view. Plain JS, no library; the data is the JSON in <script id="cases">.
+// A link with a view (opening the page with a fragment, or a fragment changed later) lands on
+// it: scrolled to the open case, else to the table's heading; a page without one stays at its top.
 (function () {
   "use strict";
   const cases = JSON.parse(document.getElementById("cases").textContent);
@@ -21,6 +23,17 @@
       out[decodeURIComponent(i < 0 ? part : part.slice(0, i))] = i < 0 ? "" : decodeURIComponent(part.slice(i + 1));
     }
     return out;
+  }
+
+  function known(s) {  // the fragment names a view: a filter, a search, a sort or a case
+    return [...FILTERS, "q", "sort", "case"].some((k) => s[k]);
+  }
+
+  function land() {
+    const s = state();
+    if (!known(s)) return;
+    const box = $("case-view");
+    (s.case && !box.hidden ? box : $("cases-heading")).scrollIntoView({block: "start"});
   }
 
   function setState(next) {
@@ -86,7 +99,11 @@
       `<td>${num(c.macs)}</td><td>${num(c.rate)}</td><td>${num(c.compile)}</td><td>${num(c.vmfb)}</td></tr>`).join("");
     $("more").textContent = rows.length > LIMIT ? `the first ${LIMIT} drawn: narrow the filters to see the rest` : "";
     for (const tr of $("cases-body").querySelectorAll("tr")) {
-      tr.querySelector("a").addEventListener("click", (ev) => { ev.preventDefault(); setState({...state(), case: tr.dataset.case}); });
+      tr.querySelector("a").addEventListener("click", (ev) => {
+        ev.preventDefault();
+        setState({...state(), case: tr.dataset.case});
+        $("case-view").scrollIntoView({block: "start"});
+      });
     }
     // a case is name@target (the name alone: its first target)
     view(cases.find((c) => c.case + "@" + c.target === s.case) || cases.find((c) => c.case === s.case));
@@ -124,10 +141,17 @@
       (c.log_tail ? `<h4>Log (${esc(c.log)})</h4><pre>${esc(c.log_tail)}</pre>` : "") +
       `<h4>Reproduce</h4><pre>bash ${esc(c.repro)}</pre>` +
       `<p><a href="#" id="close-case">back to the table</a></p>`;
-    $("close-case").addEventListener("click", (ev) => { ev.preventDefault(); setState({...state(), case: ""}); });
+    $("close-case").addEventListener("click", (ev) => {
+      ev.preventDefault();
+      setState({...state(), case: ""});
+      $("cases-heading").scrollIntoView({block: "start"});
+    });
   }
 
   controls();
-  window.addEventListener("hashchange", render);
+  window.addEventListener("hashchange", () => { render(); land(); });
   render();
+  // the script runs before the rest of the page is parsed: land once it is all laid out
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", land);
+  else land();
 })();

@@ -1,10 +1,11 @@
 """report.html's case table: every case as a row, with filters (target, flavor, category,
 status, bucket), a search on the case id, sorting by any column, "N of M" shown (element
 `shown`), the view kept in the URL fragment (`report.html#status=xfail&flavor=tflite_w8i8`,
-`#case=<name>` opens one case), and a case's own view: geometry, checks with error and
-tolerance, performance, stage durations, the failing log's tail, the repro command and, for a
-numeric failure, where the output is wrong. Plain JS (explorer.js), inlined with its data:
-the page stays one file with nothing to fetch."""
+`#case=<name>` opens one case; a link with a view opens scrolled to it: to the open case, else
+to the table's heading), and a case's own view: geometry, checks with error and tolerance,
+performance, stage durations, the failing log's tail, the repro command and, for a numeric
+failure, where the output is wrong. Plain JS (explorer.js), inlined with its data: the page
+stays one file with nothing to fetch."""
 from __future__ import annotations
 
 import json
@@ -140,7 +141,7 @@ def section(rows: list[dict]) -> str:
     """The case table's HTML from records(): controls, the table, the case view, the data and
     the script."""
     data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # no </script> inside the data
-    return f"""<h2>Cases</h2>
+    return f"""<h2 id="cases-heading">Cases</h2>
 <div id="filters"></div>
 <p><span id="shown"></span> cases shown <span id="more"></span></p>
 <div id="case-view" hidden></div>

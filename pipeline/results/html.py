@@ -126,6 +126,7 @@ td:first-child, th:first-child { text-align: left; }
 figure { margin: 0; overflow-x: auto; }
 #filters select, #filters input { margin: 0 6px 6px 0; max-width: 30em; }
 th.sortable { cursor: pointer; text-decoration: underline dotted; }
+#cases-heading, #case-view { scroll-margin-top: 8px; }
 #case-view { border: 2px solid #888; padding: 0 1em 1em; margin: 1em 0; background: #fafafa; }
 .maps figure.map { display: inline-block; margin: 0 1em 0.5em 0; }
 pre { white-space: pre-wrap; font-size: 12px; }"""
