@@ -290,3 +290,22 @@ def test_findings_name_the_flag_that_makes_an_error_disappear_first():
     none = findings(mins[:2], [], {}, ["--a"], False, "compile", bucket)
     assert none == ["No toggle flag makes the minimal case compile (1 of 1 tried)."]
     assert findings([], [], {}, [], False, "compile", bucket)[0].startswith("The target's profile lists no toggle flags")
+
+
+def test_a_minimal_case_not_slow_this_time_credits_no_flag_the_original_does():
+    """The torq giant's minimal case compiled in 67.6 s when the shrink kept it and in 28.4 s
+    when timed again: every flag then looks like it brings it back. Only the original case,
+    cut without a flag, can say which flag does."""
+    cut = "compile: timeout"
+    mins = [_trial(None, 2.0), _trial("--none", 1.5), _trial("--other", 1.9)]  # typical 0.75: not past 3 s
+    origs = [_trial(None, None, "timeout", "compile", "cut", cut),
+             _trial("--none", 1.2, "timeout", "run", "torq-run-module timed out after 240 s", "run: timeout"),
+             _trial("--other", None, "timeout", "compile", "cut", cut)]
+    said = findings(mins, origs, {}, ["--none", "--other"], True, "compile", cut)
+    assert said[0] == ("`--none` brings the original case's compile time back to normal: 1.20 s, where it was cut "
+                       "without it. With it the module fails (timeout at run: torq-run-module timed out after 240 s): "
+                       "not a workaround.")
+    assert len(said) == 2 and "the flags are judged on the original case only" in said[1]
+    assert not any("--other" in line for line in said)
+    slow_base = findings([_trial(None, 4.0), _trial("--none", 1.5)], origs[:1], {}, ["--none"], True, "compile", cut)
+    assert slow_base[0].startswith("`--none` brings the minimal case's compile time back to normal: 1.50 s")
