@@ -355,8 +355,8 @@ class SweepJsonReporter(JsonReporter):
     desc = "JSON output (as doit's json reporter)"
 
     def __init__(self, outstream, options=None):
+        self.report_stream = sys.stderr  # stdout holds only the JSON document (doit's reporter captures both)
         super().__init__(outstream, options)
-        self.report_stream = sys.stderr  # stdout holds only the JSON document
         self.changed = False
 
     def execute_task(self, task):
