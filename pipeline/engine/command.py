@@ -79,8 +79,9 @@ class _Sweep:
 
     @contextmanager
     def locked(self, selection: list[str] | None):
-        """The build folder's lock while the command works, unless every selected task works
-        in a folder of its own (UNLOCKED_TASKS); a second run on the folder is refused."""
+        """The build folder's lock while the command works, unless the selected task works in a
+        folder of its own (UNLOCKED_TASKS; what follows it on the command line is its own
+        arguments); a second run on the folder is refused."""
         first = next(iter(selection or []), None)  # a task taking positional arguments takes the rest
         if first in UNLOCKED_TASKS:
             yield
