@@ -303,7 +303,8 @@ def test_a_minimal_case_not_slow_this_time_credits_no_flag_the_original_does():
              _trial("--other", None, "timeout", "compile", "cut", cut)]
     said = findings(mins, origs, {}, ["--none", "--other"], True, "compile", cut)
     assert said[0] == ("`--none` brings the original case's compile time back to normal: 1.20 s, where it was cut "
-                       "without it. With it the module fails (timeout at run: torq-run-module timed out after 240 s): "
+                       "without it. With it the original case's module fails (timeout at run: torq-run-module timed out "
+                       "after 240 s): "
                        "not a workaround.")
     assert len(said) == 2 and "the flags are judged on the original case only" in said[1]
     assert not any("--other" in line for line in said)

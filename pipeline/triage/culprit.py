@@ -207,17 +207,13 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
         return ["The target's profile lists no toggle flags (`toggle_flags`, docs/targets.md): no flag was tried."]
     base = mins[0] if mins and mins[0].flag is None else None
     by_flag = {t.flag: t for t in origs if t.flag}
-    if timed and base is not None and base.normal():
-        # the minimal case was not slow this time: a flag's time on it says nothing, the
-        # original case's (cut without a flag) does
-        for o in (o for o in origs if o.flag and o.normal()):
-            out.append(f"`{o.flag}` brings the original case's {stage} time back to normal: {o.seconds:.2f} s, "
-                       "where it was cut without it."
-                       + (f" With it the module passes: `{o.flag}` is a workaround (not the same test: the flag "
-                          "changes the module)." if o.passes else
-                          f" With it the module fails ({o.module()}): not a workaround."))
-        mins = []
-    for t in (t for t in mins if t.flag):
+    # a minimal case not slow this time says nothing of a flag's time: only the original case
+    # (cut without a flag) does
+    weak = timed and base is not None and base.normal()
+    for o in (o for o in origs if weak and o.flag and o.normal()):
+        out.append(f"`{o.flag}` brings the original case's {stage} time back to normal: {o.seconds:.2f} s, "
+                   f"where it was cut without it.{_module_verdict(o, 'the original case')}")
+    for t in (t for t in mins if t.flag and not weak):
         if timed and t.normal():
             o = by_flag.get(t.flag)
             text = (f"`{t.flag}` brings the minimal case's {stage} time back to normal: {t.seconds:.2f} s, "
@@ -230,11 +226,7 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
             else:
                 text += f" On the original case it does not: {_took(o)}."
             judged = o if o is not None and o.normal() else t
-            where = "the original case's" if judged is o else "the minimal case's"
-            text += (f" With it {where} module passes: `{t.flag}` is a workaround (not the same test: the flag "
-                     "changes the module)." if judged.passes else
-                     f" With it {where} module fails ({judged.module()}): not a workaround.")
-            out.append(text)
+            out.append(text + _module_verdict(judged, "the original case" if judged is o else "the minimal case"))
         elif not timed and t.compiles:
             out.append(f"This error disappears with `{t.flag}`: the minimal case then compiles"
                        + (f" ({t.seconds:.2f} s)" if t.seconds is not None else "")
@@ -242,7 +234,7 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
                           "changes the module)." if t.passes else
                           f", but its module fails ({t.module()}): not a workaround."))
     if not out:
-        tried = {t.flag for t in [*mins, *origs] if t.flag}
+        tried = {t.flag for t in [*(() if weak else mins), *origs] if t.flag}
         out.append(f"No toggle flag {'brings the time back to normal' if timed else 'makes the minimal case compile'}"
                    f" ({len(tried)} of {len(flags)} tried).")
     if not timed:
@@ -257,6 +249,12 @@ def findings(mins: list[Trial], origs: list[Trial], untried: dict[str, list[str]
     for name, left in untried.items():
         out.append(f"Not tried on `{name}`, the bucket's budget being spent: " + ", ".join(f"`{f}`" for f in left) + ".")
     return out
+
+
+def _module_verdict(t: Trial, whose: str) -> str:
+    """Whether the module built with the trial's flag passes, as the end of a finding."""
+    return (f" With it {whose}'s module passes: `{t.flag}` is a workaround (not the same test: the flag "
+            "changes the module)." if t.passes else f" With it {whose}'s module fails ({t.module()}): not a workaround.")
 
 
 def flag_table(trials: list[Trial], factor: float = SLOW_FACTOR) -> list[str]:
