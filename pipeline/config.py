@@ -20,6 +20,7 @@ from pipeline.core.executables import resolve
 from pipeline.core.tools import fixed_addresses_launch
 from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, load_spec
 from pipeline.space.geometry import macs as geometry_macs
+from pipeline.core.layout import Layout
 from pipeline.targets import cost
 from pipeline.targets.cost import Limit
 from pipeline.targets.profiles import DEFAULT_TARGET, Profile, installed_toolchain, load_profiles, resolve_tool, select
@@ -171,6 +172,8 @@ class Config:
     predicted_timeouts: bool = True  # compile and run limits follow the case's predicted cost
     cache_dir: Path | None = None  # the content-addressed store shared by build folders; None: off
     budgets: tuple[tuple[str, float], ...] = ()  # CONV_SWEEP_BUDGET: (stage, seconds) replacing the profiles' budgets
+    order: str = ORDERS[0]  # the order case chains start in: chains (depth first) or breadth (doit's own)
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # seconds between progress lines off a terminal
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
@@ -179,7 +182,7 @@ class Config:
         base = Path(base_dir or os.getcwd())
         check_names(env)
         n = _parse_int(env, "CONV_SWEEP_N", DEFAULT_N, minimum=0)
-        progress_interval(env), order(env), jobs(env)  # read where they are used; checked before any work
+        jobs(env)  # read by the pytest front end; checked here before any work
         timeout = _parse_float(env, "CONV_SWEEP_TIMEOUT", DEFAULT_TIMEOUT)
         build_dir = base / (env.get("CONV_SWEEP_BUILD_DIR") or default_build_dir or "build")
         try:
@@ -245,7 +248,8 @@ class Config:
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
                    part, benchmark == "1", timeouts == "predicted", cache_dir,
-                   budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")))
+                   budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
+                   progress_interval=progress_interval(env))
 
     @cached_property
     def sampled(self):
@@ -274,8 +278,13 @@ class Config:
 
         return Store(self.cache_dir) if self.cache_dir else None
 
+    @property
+    def layout(self) -> Layout:
+        """Where everything lives in the build folder (pipeline/core/layout.py)."""
+        return Layout(self.build_dir)
+
     def report_dir(self, target: str) -> Path:
-        return self.build_dir / "report" / target
+        return self.layout.report_dir(target)
 
     def limit(self, case: Case, stage: str) -> Limit:
         """The seconds one `stage` invocation (compile, run) of the case may take: the budget
@@ -292,11 +301,6 @@ class Config:
             cost.observed(self.report_dir(case.target), stage))
         return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage)
 
-    def observe(self, case: Case, stage: str, seconds: float) -> None:
-        """Record a completed invocation (its limit rises with it for larger cases)."""
-        if self.target(case.target).profile.rule(stage):
-            cost.observe(self.report_dir(case.target), stage, geometry_macs(case.geometry), seconds, case.name)
-
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for
         it and the importer wrote one (TFLite), else the text."""
@@ -306,11 +310,11 @@ class Config:
 
     def model_dir(self, case: Case) -> Path:
         """The case's target-independent artifacts: model file, MLIR, input."""
-        return self.build_dir / "cases" / case.name
+        return self.layout.model_dir(case.name)
 
     def case_dir(self, case: Case) -> Path:
         """The case's artifacts on its target: module, outputs, result.json, logs, repro.sh."""
-        return self.build_dir / "cases" / case.name / case.target
+        return self.layout.case_dir(case.name, case.target)
 
 
 def _cache_dir(env, base: Path) -> Path | None:

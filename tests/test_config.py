@@ -135,7 +135,7 @@ def test_a_variable_that_is_no_knob_is_refused_naming_the_closest_knob(tmp_path)
 
 
 def test_the_declared_defaults_are_the_defaults(tmp_path):
-    from pipeline.config import KNOBS, jobs, order, progress_interval
+    from pipeline.config import KNOBS, jobs
 
     default = {k.name: k.default for k in KNOBS}
     assert len(default) == len(KNOBS) and all(name.startswith("CONV_SWEEP_") for name in default)
@@ -143,6 +143,9 @@ def test_the_declared_defaults_are_the_defaults(tmp_path):
     assert cfg.n == int(default["CONV_SWEEP_N"]) and cfg.timeout == float(default["CONV_SWEEP_TIMEOUT"])
     assert [t.name for t in cfg.targets] == [default["CONV_SWEEP_TARGET"]]
     assert cfg.predicted_timeouts == (default["CONV_SWEEP_TIMEOUTS"] == "predicted")
-    assert (progress_interval({}), order({}), jobs({})) == (float(default["CONV_SWEEP_PROGRESS_INTERVAL"]),
+    assert (cfg.progress_interval, cfg.order, jobs({})) == (float(default["CONV_SWEEP_PROGRESS_INTERVAL"]),
                                                             default["CONV_SWEEP_ORDER"], int(default["CONV_SWEEP_JOBS"]))
+    set_ = Config.from_env({"CONV_SWEEP_CACHE_DIR": "off", "CONV_SWEEP_ORDER": "breadth",
+                            "CONV_SWEEP_PROGRESS_INTERVAL": "0"}, default_build_dir=tmp_path)
+    assert (set_.order, set_.progress_interval) == ("breadth", 0.0)
     assert cfg.artifacts == default["CONV_SWEEP_ARTIFACTS"] and cfg.benchmark == (default["CONV_SWEEP_BENCHMARK"] == "1")

@@ -31,7 +31,6 @@ from doit.cmd_ignore import Ignore
 from doit.cmd_resetdep import ResetDep
 from doit.cmd_run import Run
 
-from pipeline.config import order as order_mode
 from pipeline.engine import order
 from pipeline.engine.selection import expand
 from pipeline.engine.tasks import RUN_KEY, case_meta, plan_order
@@ -117,7 +116,7 @@ class SweepRun(_Sweep, Run):
                 options = {"failure_verbosity": failure_verbosity, "verbosity": verbosity or 0, RUN_KEY: run}
                 shown = reporter_cls(stream, options) if isinstance(reporter_cls, type) else reporter_cls
                 try:
-                    with order.depth_first(order_mode(os.environ) if run else "breadth"):
+                    with order.depth_first(run.cfg.order if run else "breadth"):
                         code = super()._execute(stream, verbosity, always, continue_, shown, num_process, par_type,
                                                 single, auto_delayed_regex, force_verbosity, failure_verbosity, pdb)
                 finally:

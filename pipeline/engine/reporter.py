@@ -8,7 +8,6 @@ Imports doit: loaded by doit as a plugin.
 """
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ import time
 from doit.exceptions import UnmetDependency
 from doit.reporter import ConsoleReporter, JsonReporter
 
-from pipeline.config import progress_interval
+from pipeline.config import DEFAULT_PROGRESS_INTERVAL
 from pipeline.core.chain import STAGE_OF_TASK, TASKS
 from pipeline.engine.command import closure
 from pipeline.engine.tasks import RUN_KEY, case_meta
@@ -294,7 +293,7 @@ class SweepReporter(ConsoleReporter):
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
         self.run = options.get(RUN_KEY)
-        self.progress = Progress(sys.stderr, progress_interval(os.environ))
+        self.progress = Progress(sys.stderr, self.run.cfg.progress_interval if self.run else DEFAULT_PROGRESS_INTERVAL)
         self.verbose = (options.get("verbosity") or 0) >= 2  # per-task lines and doit's own failure blocks
         self.report_stream = outstream  # where the run command writes the report's summary
         self.changed = False  # a case task ran or a task failed: the report is written again

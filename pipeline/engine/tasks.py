@@ -76,7 +76,7 @@ def doit_config(run: Run) -> dict:
         RUN_KEY: run,  # the run command's (pipeline/engine/command.py)
         "default_tasks": ["sweep"],
         "continue": True,  # a failing case fails its own tasks, the rest of the sweep goes on
-        "dep_file": str(run.cfg.build_dir / ".doit.db"),
+        "dep_file": str(run.cfg.layout.db),
         "backend": "durable",  # pipeline/engine/durable_db.py: commits per task, one run per build folder
         "verbosity": 0,
         "check_file_uptodate": "md5",  # an upstream rebuild with identical bytes does not cascade
@@ -213,7 +213,7 @@ SPECS = {
 def _groups(run: Run, stage: str):
     """(task name, cases, model folder, output folder) per subtask: model and mlir are shared by
     a model's cases on every target, vmfb and verify are one case on its target."""
-    cases_root = str(run.cfg.build_dir / "cases")  # plain strings: 5,000 tasks load in a blink
+    cases_root = str(run.cfg.layout.cases)  # plain strings: 5,000 tasks load in a blink
     if stage in SHARED_TASKS:
         shared = {}
         for case in run.cases:
@@ -315,8 +315,7 @@ def subtasks(run: Run, stage: str, stage_fn):
 
 
 def sweep_clean(run: Run) -> list:
-    return [(shutil.rmtree, [str(run.cfg.build_dir / folder)], {"ignore_errors": True})
-            for folder in ("cases", "report")]
+    return [(shutil.rmtree, [str(folder)], {"ignore_errors": True}) for folder in run.cfg.layout.cleaned]
 
 
 # ------------------------------------------------------------------ the other commands' actions

@@ -11,6 +11,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from pipeline.core.chain import STAGES
+from pipeline.core.layout import Layout
 from pipeline.space.cases import Case
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
@@ -20,7 +21,6 @@ from pipeline.core.tools import write_text
 NOT_RUN = "not run"
 FAILED = (FAIL, ERROR, TIMEOUT, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
 TOOL_FAILURES = (FAIL, ERROR, TIMEOUT, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
-REPORT_DIR = "report"
 
 
 def collect(cases: list[Case], case_dir) -> list[dict]:
@@ -317,10 +317,6 @@ def by_target(cfg, cases: list[Case]) -> list[tuple]:
     return [(target, [c for c in cases if c.target == target.name]) for target in cfg.targets]
 
 
-def report_dir(cfg, target) -> Path:
-    return cfg.build_dir / REPORT_DIR / target.name
-
-
 def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
     """Read every case's result, write each target's report files and print its summary. A run
     that changed nothing (`changed` False) prints the summaries kept from the last report of
@@ -331,7 +327,7 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
     every: list[dict] = []  # the case table's rows of every target, for the page that spans them
     unchanged: list[list[Case]] = []  # targets whose report stands as it was
     for target, selected in by_target(cfg, cases):
-        folder = report_dir(cfg, target)
+        folder = cfg.report_dir(target.name)
         key = _selection_key(cfg, selected)
         cached = folder / "summary.txt"
         heading = f"target {target.name}: {len(selected)} cases\n"
@@ -354,8 +350,8 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
 
         for selected in unchanged:
             every += records(collect(selected, cfg.case_dir))
-        write_all_targets(cfg.build_dir / REPORT_DIR, every, [t.name for t in cfg.targets])
-        print(f"every target's cases in one table: {cfg.build_dir / REPORT_DIR / 'report.html'}", file=out)
+        write_all_targets(cfg.layout.reports, every, [t.name for t in cfg.targets])
+        print(f"every target's cases in one table: {cfg.layout.reports / 'report.html'}", file=out)
 
 
 def write_all_targets(folder: Path, rows: list[dict], targets: list[str]) -> None:
@@ -382,7 +378,7 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
     documents = []
     for source in sources:
         path = Path(source)
-        found = sorted(path.glob(f"{REPORT_DIR}/*/results.json")) if path.is_dir() else [path]
+        found = Layout(path).report_files() if path.is_dir() else [path]
         if not found or not all(p.is_file() for p in found):
             raise ConfigError("report --merge", source, "is neither a build folder with a report nor a results.json")
         documents += [(p, json.loads(p.read_text())) for p in found]
@@ -401,7 +397,7 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
                                                                           r["reason"]))
     for target, merged in by_target.items():
         entries = [entry for _, entry in merged["cases"].values()]
-        folder = cfg.build_dir / REPORT_DIR / target
+        folder = cfg.report_dir(target)
         refused = list(merged["refused"].values())
         groups = write_report(entries, folder, merged["tools"], refused)["buckets"]
         print(f"target {target}: {len(entries)} cases, merged from {len(documents)} reports\n"
@@ -461,7 +457,7 @@ def export_xfails(cfg, cases: list[Case], params: str, out=None) -> list[Path]:
     for target, selected in by_target(cfg, cases):
         entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir)]
         text, count, notes = xfails.export(target.name, entries, target.expectations, params)
-        path = report_dir(cfg, target) / xfails.FILE_NAME
+        path = cfg.report_dir(target.name) / xfails.FILE_NAME
         write_text(path, text)
         print(f"{target.name}: {path}: {count} tests of "
               f"{sum(1 for line in text.splitlines() if line and not line.startswith('#'))} lines"

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.space.cases import Case
+from pipeline.space.geometry import macs as geometry_macs
+from pipeline.targets import cost
 from pipeline.config import Config
 from pipeline.core.errors import StageError
 from pipeline.core.fingerprint import stage_fingerprint, tool_digest
@@ -159,6 +161,13 @@ def judge_recorded(case: Case, cfg: Config) -> str | None:
     return _record(case, cfg, result, repro, judge_now=True)
 
 
+def _observe(cfg: Config, case: Case, stage: str, seconds: float) -> None:
+    """Record a completed invocation in the target's observed costs (its limit rises with it for
+    larger cases, pipeline/targets/cost.py)."""
+    if cfg.target(case.target).profile.rule(stage):
+        cost.observe(cfg.report_dir(case.target), stage, geometry_macs(case.geometry), seconds, case.name)
+
+
 @contextmanager
 def _observed(case: Case, cfg: Config, stage: str):
     """A tool of `stage` that failed by itself (not cut) still says how long the stage takes."""
@@ -166,7 +175,7 @@ def _observed(case: Case, cfg: Config, stage: str):
         yield
     except StageError as err:
         if err.stage == stage and err.seconds is not None:
-            cfg.observe(case, stage, err.seconds)
+            _observe(cfg, case, stage, err.seconds)
         raise
 
 
@@ -257,7 +266,7 @@ def vmfb(case: Case, cfg: Config) -> str | None:
                                    compiler=target.compiler, flags=target.compile_flags(case.variant),
                                    timeout=limit.seconds, log=log, profiling=target.profile.profiling,
                                    timeout_note=limit.cut_note(), launch=target.compile_launch)
-        cfg.observe(case, "compile", seconds)
+        _observe(cfg, case, "compile", seconds)
 
     def stored():
         from pipeline.targets.compiler import PROFILE
@@ -287,7 +296,7 @@ def verify(case: Case, cfg: Config) -> str | None:
             result = verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
                                  benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"), store=cfg.store())
         if "run" in result.stages:
-            cfg.observe(case, "run", result.stages["run"]["seconds"])
+            _observe(cfg, case, "run", result.stages["run"]["seconds"])
         return result
 
     def prepare(log: Path) -> None:  # the oracle helper starts when verify needs it (not from the store)

@@ -20,7 +20,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pipeline.core.errors import ConfigError
 from pipeline.targets.perf import RUN_TO_RUN_NOISE, changes, run_to_run
-from pipeline.results.report import REPORT_DIR, format_table, signature
+from pipeline.core.layout import Layout
+from pipeline.results.report import format_table, signature
 from pipeline.results.html import page
 
 PASSING = ("pass", "xpass", "compiled")
@@ -32,7 +33,7 @@ RATIO_FLOOR = 0.01  # ratios are compared as (r + floor): a move from 0.001 to 0
 def load(source: str, where: str) -> dict[str, dict[str, dict]]:
     """target -> case -> results.json entry, from a build folder or a results.json file."""
     path = Path(source)
-    files = sorted(path.glob(f"{REPORT_DIR}/*/results.json")) if path.is_dir() else [path]
+    files = Layout(path).report_files() if path.is_dir() else [path]
     if not files or not all(f.is_file() for f in files):
         raise ConfigError(where, source, "is neither a build folder with a report nor a results.json")
     out: dict[str, dict[str, dict]] = {}

@@ -1,0 +1,51 @@
+"""The build folder's layout, defined once: every path under CONV_SWEEP_BUILD_DIR is named here.
+
+    <build>/.doit.db                      doit's record of the tasks (and .doit.db.lock while a run holds it)
+    <build>/cases/<case>/                 the case's target-independent files: model, MLIR, input
+    <build>/cases/<case>/<target>/        the case on one target: module, outputs, result.json, logs, repro.sh
+    <build>/report/report.html            every target's cases in one table (several targets)
+    <build>/report/<target>/              one target's report, results.json, junit.xml, observed costs
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CASES = "cases"
+REPORTS = "report"
+DB = ".doit.db"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path  # the build folder
+
+    @property
+    def db(self) -> Path:
+        return self.root / DB
+
+    @property
+    def cases(self) -> Path:
+        return self.root / CASES
+
+    @property
+    def reports(self) -> Path:
+        return self.root / REPORTS
+
+    @property
+    def cleaned(self) -> tuple[Path, Path]:
+        """What `doit clean` of a whole sweep removes (the DB stays, as doit's own clean leaves it)."""
+        return self.cases, self.reports
+
+    def model_dir(self, case: str) -> Path:
+        return self.cases / case
+
+    def case_dir(self, case: str, target: str) -> Path:
+        return self.cases / case / target
+
+    def report_dir(self, target: str) -> Path:
+        return self.reports / target
+
+    def report_files(self) -> list[Path]:
+        """Every target's results.json found in this build folder."""
+        return sorted(self.reports.glob("*/results.json"))
