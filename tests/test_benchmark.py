@@ -8,7 +8,7 @@ import pytest
 
 from helpers import ROOT, clean_env, write_spec
 
-from pipeline.engine import benchmark
+from pipeline.dev import benchmark
 
 
 @pytest.mark.slow
@@ -16,7 +16,7 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     spec = write_spec(tmp_path / "spec.json", [
         {"category": "tiny", "rank": 1, "spatial": [16], "kernel": [3], "stride": [1], "c_in": 2, "c_out": 2}])
     out = tmp_path / "bench.json"
-    run = subprocess.run([sys.executable, "-m", "pipeline.engine.benchmark", "--n", "0", "--spec", str(spec),
+    run = subprocess.run([sys.executable, "-m", "pipeline.dev.benchmark", "--n", "0", "--spec", str(spec),
                           "--out", str(out), "--work", str(tmp_path / "work"), "--pairs", "2"],
                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

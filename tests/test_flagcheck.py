@@ -10,13 +10,13 @@ import pytest
 
 from helpers import ROOT, clean_env, doit, write_spec
 
-from pipeline.engine import flagcheck
+from pipeline.dev import flagcheck
 
 TINY = [{"category": "tiny", "rank": 1, "spatial": [16], "kernel": [3], "stride": [1], "c_in": 2, "c_out": 2}]
 
 
 def _flagcheck(env, *args):
-    return subprocess.run([sys.executable, "-m", "pipeline.engine.flagcheck", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "pipeline.dev.flagcheck", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

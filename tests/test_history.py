@@ -1,4 +1,4 @@
-"""The order chains start in (pipeline/results/history.py, used by pipeline/engine/tasks.py):
+"""The order chains start in (pipeline/engine/history.py, used by pipeline/engine/tasks.py):
 the last run's measured chain durations where its results file has the case (a tool cut at a
 limit counts at the limit it ran to; a failure that recorded no time is estimated), else the
 cost model; a first failure and a first pass before all, the costliest at once, the other
@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.config import Config
 from pipeline.engine.tasks import Run, _costliest_first
-from pipeline.results import history
+from pipeline.engine import history
 
 from helpers import write_spec
 

@@ -1,8 +1,11 @@
 """The house: the import contract in pyproject.toml holds (layers, and who may import doit,
 Dask, TensorFlow and torch), and no two modules of the package import each other, however
-indirectly, at the top of a file or inside a function."""
+indirectly, at the top of a file or inside a function; and the table of layers and modules in
+docs/extending.md is the contract's layers and the package's tree."""
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -63,3 +66,39 @@ def test_the_cycle_finder_finds_a_cycle():
                  ("pipeline.c", "pipeline.d")]:
         graph.add_import(importer=a, imported=b)
     assert _cycles(graph) == [["pipeline.a", "pipeline.b", "pipeline.c"]]
+
+
+def _table(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(layers, modules per layer) of each row of docs/extending.md's table of layers; side by
+    side layers are split by an escaped bar, in both columns alike."""
+    start = text.index("| layer | modules | holds |")
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        layer, modules = re.split(r"(?<!\\)\|", line)[1:3]
+        names = [re.findall(r"\[`(\w+)`\]", part) for part in layer.split("\\|")]
+        listed = [re.findall(r"`(\w+)`", re.sub(r"\(\+[^)]*\)", "", part)) for part in modules.split("\\|")]
+        rows.append(([n for part in names for n in part], listed))
+    return rows
+
+
+def test_the_docs_table_of_layers_is_the_contract_and_the_tree():
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    rows = _table((ROOT / "docs" / "extending.md").read_text())
+    assert [" | ".join(layers) for layers, _ in rows] == contract["layers"], "the table's rows are the layers, in order"
+    for layers, listed in rows:
+        assert len(layers) == len(listed), f"{layers}: one list of modules per layer"
+        for layer, modules in zip(layers, listed):
+            package = ROOT / "pipeline" / layer
+            tree = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__") if package.is_dir() \
+                else [layer]  # a one-module layer (config)
+            assert sorted(modules) == tree, f"docs/extending.md lists {sorted(modules)} for {layer}, the tree has {tree}"
+
+
+def test_the_table_reader_sees_a_missing_module():
+    table = """| layer | modules | holds |
+|---|---|---|
+| [`a`](x) \\| [`b`](y) | `m`, `n` (+ `data/`) \\| `o` | things |
+"""
+    assert _table(table) == [(["a", "b"], [["m", "n"], ["o"]])]

@@ -116,7 +116,7 @@ def test_the_summary_shows_the_issue_next_to_its_bucket(scenario):
 
 def upstream_xfails(path):
     """What upstream's torq/testing/xfail.py makes of an xfail file, written here from its
-    description (pipeline/results/xfails.py): stripped lines, `#` comments and blank lines
+    description (pipeline/curate/xfails.py): stripped lines, `#` comments and blank lines
     skipped, one space between a test name and an optional issue, more fields refused."""
     found = {}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -293,7 +293,7 @@ def test_a_numeric_failure_buckets_by_its_failed_checks():
 
 
 def test_a_stage_within_the_day_spread_of_its_budget_is_near_it():
-    from pipeline.results.report import near_budget
+    from pipeline.curate.lists import near_budget
 
     budgets = {"compile": 300.0, "run": 240.0}.get
     assert near_budget({"stages": {"compile": {"seconds": 99.0}, "run": {"seconds": 79.0}}}, budgets) is None

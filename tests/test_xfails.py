@@ -3,7 +3,7 @@ parser's rules, an export read back."""
 import pytest
 
 from pipeline.core.errors import ConfigError
-from pipeline.results import xfails
+from pipeline.curate import xfails
 from pipeline.space.expected import Expectation
 
 

@@ -232,7 +232,7 @@ def plan_order(run: Run, tasks: dict, lanes: int) -> None:
     at once, then planned on the run's lanes (`doit -n`, or the cluster's slots), one streaming
     the cheapest chains so that results come in from the first seconds, the others the most
     expensive first, by last run's measured durations or the cost model
-    (pipeline/results/history.py), so that no long chain starts last and leaves a lane idle at
+    (pipeline/engine/history.py), so that no long chain starts last and leaves a lane idle at
     the end. Sets run.costs (the plan the progress line counts down)."""
     group = tasks.get("verify")
     if group is None or len(run.cases) < 3:
@@ -243,7 +243,7 @@ def plan_order(run: Run, tasks: dict, lanes: int) -> None:
 
 def _costliest_first(run: Run, lanes: int) -> list[str]:
     """The verify task names in their chains' start order (plan_order)."""
-    from pipeline.results.history import chain_costs, start_order
+    from pipeline.engine.history import chain_costs, start_order
 
     by_key = {c.key: c for c in run.cases}
     lanes = run.cfg.scheduler.slots if run.cfg.scheduler else max(lanes, 1)
@@ -339,13 +339,13 @@ def report(run: Run, merge):
 
 
 def accept_failures(run: Run):
-    from pipeline.results.report import accept_failures
+    from pipeline.curate.lists import accept_failures
 
     accept_failures(run.cfg, run.cases)
 
 
 def export_xfails(run: Run, params):
-    from pipeline.results.report import export_xfails
+    from pipeline.curate.lists import export_xfails
 
     if not params or any(c.isspace() or c in "[]" for c in params):
         return TaskFailed(f"conv-sweep: doit export_xfails --params={params!r}: must be upstream's test "
@@ -355,7 +355,7 @@ def export_xfails(run: Run, params):
 
 
 def import_xfails(run: Run, files):
-    from pipeline.results.report import import_xfails
+    from pipeline.curate.lists import import_xfails
 
     if len(files) != 1:
         return TaskFailed("conv-sweep: doit import_xfails FILE: name one xfail file "
@@ -380,7 +380,7 @@ def prune_store(run: Run, days, max_gb):
 
 
 def calibrate(run: Run, out):
-    from pipeline.results.calibrate import calibrate
+    from pipeline.curate.calibrate import calibrate
 
     for line in calibrate(run.cfg, run.cases, Path(out) if out else None):
         print(line)

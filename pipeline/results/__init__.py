@@ -1,1 +1,2 @@
-"""Reading results: the terminal summary, results.json, junit.xml and report.html."""
+"""Reading results, never rewriting checked-in files: the terminal summary, results.json,
+junit.xml and report.html."""

@@ -4,7 +4,7 @@ Each target's flags are in its profile (pipeline/targets/targets.json). Stock IR
 --mlir-disable-threading: the sweep runs one compile per core, and MLIR's multithreading then
 only adds contention (about 25% more CPU per compile here); MLIR output does not depend on it.
 They also compile with --verify=false (no IR verifier after every pass): 9% less compile time,
-every module of the default sweep byte-identical on both (pipeline/engine/flagcheck.py proves it;
+every module of the default sweep byte-identical on both (pipeline/dev/flagcheck.py proves it;
 docs/scale-out.md has the figures).
 
 A profile with `fixed_addresses` starts its compiler with address-space randomization off

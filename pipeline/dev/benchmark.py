@@ -1,6 +1,6 @@
 """Benchmark: where a sweep's time goes, side by side in one invocation.
 
-    python -m pipeline.engine.benchmark [--n 2] [--pairs K] [--spec FILE] [--out bench.json] [--work DIR]
+    python -m pipeline.dev.benchmark [--n 2] [--pairs K] [--spec FILE] [--out bench.json] [--work DIR]
 
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a second empty build folder on the store the cold run filled; a compile-flag
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pipeline.core.chain import TIMED_STAGES
 from pipeline.core.tools import logged_runs
-from pipeline.results.calibrate import LOGS
+from pipeline.curate.calibrate import LOGS
 
 ROOT = Path(__file__).resolve().parents[2]  # the project folder
 CORES = 2

@@ -1,6 +1,6 @@
 """Flag check: do extra compile flags leave every case's module byte-identical, and what do they save?
 
-    python -m pipeline.engine.flagcheck --flags="--verify=false" [--twice] [--out flagcheck.json]
+    python -m pipeline.dev.flagcheck --flags="--verify=false" [--twice] [--out flagcheck.json]
 
 For every case of the selection (CONV_SWEEP_TARGET, CONV_SWEEP_N, CONV_SWEEP_SPEC, as for doit),
 compiles the case's MLIR from the build folder twice: with the target's flags (A), and with the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.core.errors import ConfigError, StageError
-from pipeline.engine.benchmark import CORES, ROOT
+from pipeline.dev.benchmark import CORES, ROOT
 from pipeline.space.cases import Case
 
 

@@ -5,7 +5,7 @@ Every compile and run invocation the case folders' logs record counts with its w
 passing or failing with a message; one that timed out or could not start does not (its time
 is the limit's, not the tool's). The calibration keeps the upper envelope of those times
 against the case's MACs (pipeline/targets/cost.py), and what each case's chain took, for the
-order chains start in on a folder with no results of its own (pipeline/results/history.py).
+order chains start in on a folder with no results of its own (pipeline/engine/history.py).
 """
 from __future__ import annotations
 
