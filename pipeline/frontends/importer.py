@@ -3,14 +3,13 @@
 TFLite: tosa-converter-for-tflite to bytecode (its --text form does not parse in iree-compile),
 kept as model.mlirbc (MLIR bytecode is versioned: compilers carrying another MLIR version,
 such as torq-compile, read it) and printed as text by iree-opt. ONNX: iree-import-onnx.
-Both converters are Python command-line tools; their own entry points run here in-process
-(the helper imports them once), and the log records the equivalent command line, which is
-also what repro.sh runs.
+Both converters are Python command-line tools; they run here in-process (the helper imports
+them once: the ONNX importer's own entry point, the TFLite converter's library call), and the
+log records the equivalent command line, which is also what repro.sh runs.
 """
 from __future__ import annotations
 
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -24,22 +23,22 @@ STAGE = "import"
 
 
 def warm_up_tflite() -> None:
-    import tosa_converter_for_tflite.cli  # noqa: F401
+    import tosa_converter_for_tflite  # noqa: F401
 
 
 def warm_up_onnx() -> None:
     import iree.compiler.tools.import_onnx.__main__  # noqa: F401
 
 
-def _tosa_converter(argv: list[str]) -> int:
-    from tosa_converter_for_tflite import cli
+def _tosa_converter(model: Path, bytecode: Path) -> int:
+    """`tosa-converter-for-tflite MODEL --bytecode -o OUT` through the package's library call,
+    which its command line makes with the same arguments (its parser reads only sys.argv)."""
+    from tosa_converter_for_tflite import (TosaConverterDebugInfo, TosaConverterOutputFormat,
+                                           tflite_flatbuffer_to_tosa_mlir)
 
-    saved = sys.argv
-    sys.argv = ["tosa-converter-for-tflite", *argv]
-    try:
-        return cli.run_cli(cli.parse_arguments()) or 0
-    finally:
-        sys.argv = saved
+    tflite_flatbuffer_to_tosa_mlir(str(model), str(bytecode), TosaConverterOutputFormat.Bytecode,
+                                   TosaConverterDebugInfo.Disabled)
+    return 0
 
 
 def _iree_import_onnx(argv: list[str]) -> int:
@@ -81,7 +80,7 @@ def import_model(case: Case, model: Path, mlir: Path, log: Path, timeout: float 
     with atomic_output(mlir) as tmp_mlir:
         if case.backend == "tflite":
             with atomic_output(bytecode_path(mlir)) as bytecode:
-                elapsed = _in_process("tosa-converter-for-tflite", _tosa_converter,
+                elapsed = _in_process("tosa-converter-for-tflite", lambda _: _tosa_converter(model, bytecode),
                                       [str(model), "--bytecode", "-o", str(bytecode)], log)
                 elapsed += run_tool([_tool("iree-opt"), str(bytecode), "-o", str(tmp_mlir)], stage=STAGE,
                                     timeout=timeout, log=log)
