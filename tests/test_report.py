@@ -291,12 +291,3 @@ def test_a_numeric_failure_buckets_by_its_failed_checks():
     assert signature({"stage": "compile", "reason": "tool exit status 1: error at 12"}) == \
         "compile: <tool> exit status <n>: error at <n>"
 
-
-def test_a_stage_within_the_day_spread_of_its_budget_is_near_it():
-    from pipeline.curate.lists import near_budget
-
-    budgets = {"compile": 300.0, "run": 240.0}.get
-    assert near_budget({"stages": {"compile": {"seconds": 99.0}, "run": {"seconds": 79.0}}}, budgets) is None
-    assert near_budget({"stages": {"compile": {"seconds": 101.0}, "run": {"seconds": 200.0}}}, budgets) == "compile"
-    assert near_budget({"stages": {"compile": {"seconds": 20.0}, "run": {"seconds": 81.0}}}, budgets) == "run"
-    assert near_budget({"stages": {"compile": {"seconds": 20.0}}}, budgets) is None  # never ran
