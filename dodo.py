@@ -50,9 +50,11 @@ def task_report():
 
 
 def task_compare():
-    """Compare two runs (--old, --new: build folders or results.json): regressions, fixes, buckets, ratios."""
-    params = [{"name": "old", "long": "old", "default": "", "help": "the earlier run: a build folder or results.json"},
-              {"name": "new", "long": "new", "default": "", "help": "the later run: a build folder or results.json"},
+    """Compare two runs (--old, --new: targets of this build folder, build folders or results.json): regressions, fixes, buckets, ratios."""
+    params = [{"name": "old", "long": "old", "default": "",
+               "help": "the earlier run: a target of this build folder (torq@2.2.1), a build folder or results.json"},
+              {"name": "new", "long": "new", "default": "",
+               "help": "the later run: a target of this build folder (torq), a build folder or results.json"},
               {"name": "out", "long": "out", "default": "",
                "help": "where compare.html, compare.json and junit.xml go (default: <build>/compare)"},
               {"name": "noise_floor", "long": "noise-floor", "type": float, "default": RUN_TO_RUN_NOISE,
@@ -82,6 +84,16 @@ def task_bugreport():
                       "the target's toggle flags (default 300; 0: the bucket's smallest case as it is, no flags)"}
     return {"actions": [(tasks.bugreport, [RUN])], "params": [budget, KEEP_DATA], "pos_arg": "buckets",
             "verbosity": 2, "uptodate": [False]}
+
+
+def task_bisect():
+    """The first release on which a case or a bucket's smallest case fails (doit bisect CASE-OR-BUCKET --target T --versions A..B)."""
+    params = [{"name": "target", "long": "target", "default": "",
+               "help": "the target whose toolchain's releases are searched (default: the only selected target)"},
+              {"name": "versions", "long": "versions", "default": "",
+               "help": "FIRST..LAST: the released versions searched, e.g. 3.9.0..3.13.0 (llvm-cpu) or 2.2.1..2.3.0 (torq)"}]
+    return {"actions": [(tasks.bisect, [RUN])], "params": params, "pos_arg": "subject", "verbosity": 2,
+            "uptodate": [False]}
 
 
 def task_refused():

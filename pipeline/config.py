@@ -176,8 +176,12 @@ class Config:
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # seconds between progress lines off a terminal
 
     @classmethod
-    def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None) -> "Config":
-        """Relative paths in the knobs are taken from `base_dir` (the user's working directory)."""
+    def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None,
+                 install_to=None) -> "Config":
+        """Relative paths in the knobs are taken from `base_dir` (the user's working directory).
+        A selected compiler version not yet installed is installed, its progress written to
+        `install_to`, where that stream is given (a run); else it is an error naming the
+        command that installs it."""
         env = os.environ if environ is None else environ
         base = Path(base_dir or os.getcwd())
         check_names(env)
@@ -222,7 +226,7 @@ class Config:
         tool_files = _tool_files(env, base)
         targets = []
         for profile in profiles:
-            manifest = installed_toolchain(profile, toolchain_root)
+            manifest = installed_toolchain(profile, toolchain_root, install_to)
             expected_path = base / pattern.replace("{target}", profile.name) if pattern \
                 else expected.DEFAULT_DIR / f"{profile.name}.json"
             targets.append(Target(

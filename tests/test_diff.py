@@ -68,3 +68,45 @@ def test_diff_rules():
     assert [r["case"] for r in d["still_failing"]] == ["c"] and [r["case"] for r in d["bucket_changes"]] == ["c"]
     assert sorted(r["case"] for r in d["ratio_moves"]) == ["a", "d"]  # e: 0.001 -> 0.004 is below the floor
     assert d["only_old"] == ["gone"] and d["only_new"] == ["new"]
+
+
+def _timed(case, status, flavor, compile_s=None, cycles=None, **kw):
+    entry = {**_entry(case, status, **kw), "flavor": flavor}
+    if compile_s is not None:
+        entry["stages"] = {"compile": {"seconds": compile_s}}
+    if cycles is not None:
+        entry["perf"] = {"estimated_npu_cycles": cycles}
+    return entry
+
+
+def test_the_release_table_per_flavor():
+    old = {"a": _timed("a", "pass", "tflite_f32", 10.0, 100.0), "b": _timed("b", "pass", "tflite_f32", 2.0, 50.0),
+           "c": _timed("c", "pass", "onnx_bf16", 0.2, 10.0), "d": _timed("d", "error", "onnx_bf16", stage="compile",
+                                                                         reason="x failed at 3")}
+    new = {"a": _timed("a", "pass", "tflite_f32", 25.0, 80.0), "b": _timed("b", "pass", "tflite_f32", 2.2, 50.0),
+           "c": _timed("c", "fail", "onnx_bf16", 0.9, 10.0, stage="verify", reason="outside"),
+           "d": _timed("d", "error", "onnx_bf16", stage="compile", reason="y crashed")}
+    table = diff(old, new)["flavors"]
+    f32, bf16 = table["tflite_f32"], table["onnx_bf16"]
+    assert (f32["cases"], f32["regressions"], f32["compile_moves"]) == (2, 0, 1)  # a: x2.5 > e^0.75; b: x1.1
+    assert f32["cycles"]["cases"] == 2 and f32["cycles"]["min"] == 0.8 and f32["cycles"]["max"] == 1.0
+    assert f32["compile"]["cases"] == 2 and f32["compile"]["max"] == 2.5
+    assert (bf16["regressions"], bf16["bucket_changes"], bf16["compile_moves"]) == (1, 1, 0)  # c: under 1 s
+    assert bf16["cycles"] is None and bf16["compile"] is None  # c fails in new; its compiles are under a second
+
+
+def test_compare_names_targets_of_the_build_folder(tmp_path):
+    from pipeline.core.errors import ConfigError
+    from pipeline.core.layout import Layout
+    from pipeline.triage.diff import compare_runs
+
+    build = Layout(tmp_path / "build")
+    for target, status in (("torq@2.2.1", "pass"), ("torq", "error")):
+        build.report_dir(target).mkdir(parents=True)
+        entry = {**_timed("a", status, "tflite_f32", 3.0), "target": target}
+        (build.report_dir(target) / "results.json").write_text(json.dumps({"cases": [entry]}))
+    assert build.report_dir("torq@2.2.1").name == "torq-2.2.1"  # IREE's run tools split paths at '@'
+    text, regressions = compare_runs("torq@2.2.1", "torq", tmp_path / "out", build=build)
+    assert regressions == 1 and "target torq@2.2.1 -> torq" in text and "tflite_f32" in text
+    with pytest.raises(ConfigError, match="targets with results: torq, torq@2.2.1"):
+        compare_runs("torq@9.9.9", "torq", tmp_path / "out", build=build)

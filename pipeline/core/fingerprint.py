@@ -53,11 +53,12 @@ VERIFY_KEY_EXEMPT = {
     "config": "resolves the environment into a Config; the values that matter are in the key",
     "space.shard": "picks which cases a run takes",
     "space.sweep": "samples the geometries: which cases exist, not their verdicts",
-    "targets.toolchain": "installs the Torq tools, whose identities are in the key",
+    "targets.toolchain": "installs the toolchains' tools, whose identities are in the key",
     "targets.cost": "the time limits: whether a tool may finish, not what a finished one produced",
     "core.store": "gives back files built before; verify keys on the files themselves (doit's file_dep digests)",
     "core.fingerprint": "computes keys (this table, the store's keys); it decides no verdict",
     "core.integrity": "digests files for keys and the store; it decides no verdict",
+    "core.layout": "names where the build folder's files are; verify keys on the files themselves",
 }
 
 

@@ -5,6 +5,13 @@
     <build>/cases/<case>/<target>/        the case on one target: module, outputs, result.json, logs, repro.sh
     <build>/report/report.html            every target's cases in one table (several targets)
     <build>/report/<target>/              one target's report, results.json, junit.xml, observed costs
+    <build>/shrink/<target>/<case>/       `doit shrink`'s attempts and its shrink.json
+    <build>/bugreports/<target>/          `doit bugreport`'s reports
+    <build>/compare/                      `doit compare`'s of two targets of this folder
+    <build>/bisect/<target>/              `doit bisect`'s runs, one folder per version
+
+A target with a compiler version (`torq@2.2.1`) has the folder `torq-2.2.1`: IREE's run tools
+read '@' in a module's path as a separator.
 """
 from __future__ import annotations
 
@@ -14,6 +21,15 @@ from pathlib import Path
 CASES = "cases"
 REPORTS = "report"
 DB = ".doit.db"
+SHRINK = "shrink"
+BUGREPORTS = "bugreports"
+COMPARE = "compare"
+BISECT = "bisect"
+
+
+def folder(target: str) -> str:
+    """A target's folder name: its name, with a version's '@' as '-'."""
+    return target.replace("@", "-")
 
 
 @dataclass(frozen=True)
@@ -41,10 +57,22 @@ class Layout:
         return self.cases / case
 
     def case_dir(self, case: str, target: str) -> Path:
-        return self.cases / case / target
+        return self.cases / case / folder(target)
 
     def report_dir(self, target: str) -> Path:
-        return self.reports / target
+        return self.reports / folder(target)
+
+    def shrink_dir(self, target: str) -> Path:
+        return self.root / SHRINK / folder(target)
+
+    def bugreports(self, target: str) -> Path:
+        return self.root / BUGREPORTS / folder(target)
+
+    def compare_dir(self) -> Path:
+        return self.root / COMPARE
+
+    def bisect_dir(self, target: str) -> Path:
+        return self.root / BISECT / folder(target)
 
     def report_files(self) -> list[Path]:
         """Every target's results.json found in this build folder."""

@@ -9,7 +9,8 @@ under doit's own names, so that `doit`, `doit sweep`, `doit clean …` are these
   stop, and the report once every task has ended. Its reporter (pipeline/engine/reporter.py)
   only reports.
 - `clean`, `forget`, `ignore`, `reset-dep`: doit's, with the same lock and selection.
-- `toolchain` installs the Torq toolchain; it reads no configuration of the sweep.
+- `toolchain` installs the Torq toolchain and every selected compiler version; it reads no
+  other configuration of the sweep.
 
 What dodo.py resolved (pipeline/engine/tasks.py's Run) reaches the commands through DOIT_CONFIG,
 doit's documented way for a dodo file to configure its commands; the tasks are told apart by
@@ -23,6 +24,7 @@ import fnmatch
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from doit.cmd_base import Command
 from doit.cmd_clean import Clean
@@ -200,15 +202,19 @@ class SweepResetDep(_Sweep, ResetDep):
 
 
 class Toolchain(Command):
-    """`doit toolchain`: install the Torq toolchain (torq-compile, torq-run-module) outside the
-    sources, where CONV_SWEEP_TOOLCHAIN_DIR says (pipeline/targets/toolchain.py)."""
+    """`doit toolchain`: install the Torq toolchain (torq-compile, torq-run-module), and every
+    compiler version CONV_SWEEP_TARGET selects (`torq@2.2.1`, `llvm-cpu@3.12.0`), outside the
+    sources, where CONV_SWEEP_TOOLCHAIN_DIR says (pipeline/targets/toolchain.py). It reads
+    no other configuration of the sweep."""
 
     name = "toolchain"
-    doc_purpose = "install the Torq toolchain (torq-compile, torq-run-module) outside the sources"
+    doc_purpose = "install the Torq toolchain and every selected compiler version outside the sources"
     doc_usage = ""
     doc_description = None
 
     def execute(self, params, args):
+        from pipeline.core.errors import ConfigError
+        from pipeline.targets.profiles import load_profiles, select
         from pipeline.targets.toolchain import ToolchainError, install, root_from_env
 
         if args:
@@ -216,14 +222,24 @@ class Toolchain(Command):
             return 3
         root = root_from_env(os.environ)
         try:
-            install(root)
-        except ToolchainError as err:
-            print(f"conv-sweep: the Torq toolchain was not installed: {err}", file=sys.stderr)
-            return 1
-        except OSError as err:  # the folder cannot be made or written
-            print(f"conv-sweep: the Torq toolchain was not installed: CONV_SWEEP_TOOLCHAIN_DIR={root}: "
-                  f"{err.strerror}: {err.filename}", file=sys.stderr)
-            return 1
+            targets_file = os.environ.get("CONV_SWEEP_TARGETS_FILE")
+            versions = [(p.toolchain, p.version) for p in select(os.environ.get("CONV_SWEEP_TARGET", ""),
+                                                                  load_profiles(Path(targets_file) if targets_file
+                                                                                else None)) if p.version]
+        except ConfigError as err:
+            print(f"conv-sweep: bad configuration, nothing was installed: {err}", file=sys.stderr)
+            return 3
+        for kind, version in [("torq", None), *versions]:
+            what = f"{kind} {version}" if version else "the Torq toolchain"
+            try:
+                install(root, kind=kind, version=version)
+            except ToolchainError as err:
+                print(f"conv-sweep: {what} was not installed: {err}", file=sys.stderr)
+                return 1
+            except OSError as err:  # the folder cannot be made or written
+                print(f"conv-sweep: {what} was not installed: CONV_SWEEP_TOOLCHAIN_DIR={root}: "
+                      f"{err.strerror}: {err.filename}", file=sys.stderr)
+                return 1
         return 0
 
 

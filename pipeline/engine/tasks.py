@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ def load(project: Path, workdir: str) -> Run:
         # doit reads its plugins (the durable backend, the reporters) from pyproject.toml in the working directory
         raise SystemExit(f"conv-sweep: run doit from the project folder {project} (cd there first)")
     try:
-        cfg = Config.from_env(default_build_dir=project / "build", base_dir=workdir)
+        cfg = Config.from_env(default_build_dir=project / "build", base_dir=workdir, install_to=sys.stderr)
         return Run(cfg, cfg.cases())
     except ConfigError as err:
         raise SystemExit(f"conv-sweep: bad configuration, nothing was run: {err}") from None
@@ -390,11 +391,13 @@ def compare(run: Run, old, new, out, noise_floor):
     from pipeline.triage.diff import compare_runs
 
     if not old or not new:
-        return TaskFailed("conv-sweep: doit compare needs --old and --new (build folders or results.json files)")
+        return TaskFailed("conv-sweep: doit compare needs --old and --new (targets of this build folder, "
+                          "build folders or results.json files)")
     if not noise_floor >= 0:
         return TaskFailed(f"conv-sweep: doit compare --noise-floor={noise_floor}: must be a fraction >= 0")
     try:
-        text, regressions = compare_runs(old, new, Path(out) if out else run.cfg.build_dir / "compare", noise_floor)
+        text, regressions = compare_runs(old, new, Path(out) if out else run.cfg.layout.compare_dir(), noise_floor,
+                                         run.cfg.layout)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     print(text)
@@ -428,6 +431,23 @@ def bugreport(run: Run, buckets, budget, keep_data):
         bugreports(run.cfg, run.cases, list(buckets), budget, keep_data=keep_data)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
+    return None
+
+
+def bisect(run: Run, subject, target, versions):
+    from pipeline.triage.bisect import bisect
+
+    if len(subject) != 1 or not versions:
+        return TaskFailed("conv-sweep: doit bisect takes one case or bucket and --versions FIRST..LAST: "
+                          "doit bisect <case-or-bucket> --target llvm-cpu --versions 3.9.0..3.13.0")
+    if not target and len(run.cfg.targets) != 1:
+        return TaskFailed("conv-sweep: doit bisect --target: several targets are selected, name one")
+    try:
+        found = bisect(run.cfg, run.cases, subject[0], target or run.cfg.targets[0].name, versions)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    if found["first_bad"] is None:
+        return TaskFailed("conv-sweep: bisect found no release where the case starts failing in the range")
     return None
 
 

@@ -11,7 +11,8 @@ A profile may name a `base` whose fields it inherits.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import re
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from pipeline.space.cases import VARIANTS
@@ -25,7 +26,8 @@ MLIR_FORMS = ("text", "bytecode")  # text MLIR as IREE 3.13 prints it, or the im
 IO_MODES = ("npy", "bin")  # .npy files where the dtype allows (bf16 always as raw bytes), or always raw
 INT8_ROUNDING = ("tflite", "single-round")  # see tolerance.py
 BF16_BIAS_ADD = ("fused", "padded-space-to-depth")  # see tolerance.py
-TOOLCHAINS = ("torq",)
+TOOLCHAINS = ("torq",)  # a profile's own toolchain (`doit toolchain`); a versioned stock IREE profile gets "iree"
+VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*")  # a release as PyPI spells it
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class Profile:
     # compile flags that each turn one optional transformation off: `doit bugreport` tries each
     # on a failure bucket's cases, to name a culprit pass and a workaround (never in a sweep)
     toggle_flags: tuple[str, ...] = ()
+    version: str | None = None  # the toolchain's version (`torq@2.2.1`); None: the pinned one
+
+    @property
+    def base(self) -> str:
+        """The profile's name without its version."""
+        return self.name.partition("@")[0]
 
     def rule(self, stage: str):
         """The limit rule of a timed stage (pipeline/targets/cost.py), or None."""
@@ -88,7 +96,7 @@ class Profile:
         return out
 
 
-_FIELDS = {f.name for f in fields(Profile)} - {"name"}
+_FIELDS = {f.name for f in fields(Profile)} - {"name", "version"}
 _REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
                        "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags"}
 
@@ -208,31 +216,84 @@ def load_profiles(user_file: Path | None = None) -> dict[str, Profile]:
 
 
 def select(text: str, profiles: dict[str, Profile]) -> tuple[Profile, ...]:
-    """CONV_SWEEP_TARGET: one profile name or a comma-separated list, in that order."""
+    """CONV_SWEEP_TARGET: one target or a comma-separated list, in that order. A target is a
+    profile's name, or `<profile>@<version>`: the profile with another release of its
+    toolchain (see versioned)."""
     names = [part.strip() for part in (text or DEFAULT_TARGET).split(",") if part.strip()]
     if not names:
         names = [DEFAULT_TARGET]
-    for name in names:
+    selected = []
+    for item in names:
+        name, at, version = item.partition("@")
         if name not in profiles:
             raise ConfigError("CONV_SWEEP_TARGET", name, f"is not a target; known: {', '.join(sorted(profiles))}")
         if not all(c.isalnum() or c in "-_." for c in name):
             raise ConfigError("CONV_SWEEP_TARGET", name, "target names may hold letters, digits, '-', '_', '.'")
-    if len(set(names)) != len(names):
+        selected.append(versioned(profiles[name], version, item) if at else profiles[name])
+    from pipeline.core.layout import folder
+
+    if len({folder(p.name) for p in selected}) != len(selected):
         raise ConfigError("CONV_SWEEP_TARGET", text, "names a target twice")
-    return tuple(profiles[n] for n in names)
+    return tuple(selected)
 
 
-def installed_toolchain(profile: Profile, root: Path) -> dict | None:
+def toolchain_kind(profile: Profile) -> str:
+    """The toolchain a version of the profile comes from: its own (torq), else stock IREE's wheels."""
+    return profile.toolchain or "iree"
+
+
+def pinned_version(kind: str) -> str:
+    """The release a bare profile of this toolchain uses: the Torq pin, or the venv's IREE."""
+    from importlib.metadata import version
+
+    from pipeline.targets import toolchain
+
+    return toolchain.KINDS[kind].pinned or version("iree-base-compiler")
+
+
+def versioned(profile: Profile, version: str, item: str) -> Profile:
+    """`<profile>@<version>`: the profile with that release of its toolchain's wheels
+    (installed on demand beside the pinned one). The pinned release is the bare profile.
+    A stock IREE profile of another release reads the TFLite importer's bytecode, never the
+    text today's iree-opt prints: older IREE releases cannot parse the text of today's TOSA
+    dialect, while MLIR bytecode is versioned (docs/targets.md#compiler-versions)."""
+    if not VERSION.fullmatch(version):
+        raise ConfigError("CONV_SWEEP_TARGET", item, "must be <target>@<version>, e.g. torq@2.2.1 or llvm-cpu@3.12.0")
+    kind = toolchain_kind(profile)
+    if version == pinned_version(kind):
+        return profile
+    return replace(profile, name=f"{profile.name}@{version}", version=version, toolchain=kind,
+                   mlir="bytecode", calibration=str(profile.calibration_file))
+
+
+def installed_toolchain(profile: Profile, root: Path, install_to=None) -> dict | None:
     """The manifest of the profile's toolchain, or a ConfigError naming the command that
-    installs it; None for a profile without one."""
+    installs it; None for a profile without one. A version's toolchain is installed on
+    demand where `install_to` (a stream for the install's progress) is given. A version
+    whose compiler cannot read today's importers' MLIR (the install's probes) is refused."""
     if not profile.toolchain:
         return None
     from pipeline.targets import toolchain
 
-    found = toolchain.manifest(root)
+    found = toolchain.manifest(root, kind=profile.toolchain, version=profile.version)
+    if found is None and profile.version and install_to is not None:
+        try:
+            toolchain.install(root, out=install_to, kind=profile.toolchain, version=profile.version)
+        except toolchain.ToolchainError as err:
+            raise ConfigError("CONV_SWEEP_TARGET", profile.name, str(err)) from None
+        found = toolchain.manifest(root, kind=profile.toolchain, version=profile.version)
+    if found is not None and profile.version:
+        for backend in sorted({flavor.split("_")[0] for flavor in profile.flavors}):
+            readable, error = toolchain.reads(found, backend)
+            if not readable:
+                raise ConfigError("CONV_SWEEP_TARGET", profile.name,
+                                  f"{profile.toolchain} {profile.version}'s compiler cannot read the MLIR today's "
+                                  f"{backend} importer writes ({error}): choose a later release")
     if found is None:
+        what = f"{profile.toolchain} {profile.version}" if profile.version else "the Torq toolchain"
         raise ConfigError("CONV_SWEEP_TARGET", profile.name,
-                          f"needs the Torq toolchain, which is not installed in {toolchain.install_dir(root)}; "
+                          f"needs {what}, which is not installed in "
+                          f"{toolchain.install_dir(root, kind=profile.toolchain, version=profile.version)}; "
                           f"install it with `{toolchain.INSTALL_COMMAND}`")
     return found
 

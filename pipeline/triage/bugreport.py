@@ -36,7 +36,6 @@ from pipeline.outcome.result import read_result
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
-BUGREPORTS = "bugreports"
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
 SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the toggle flags have the rest
 
@@ -83,11 +82,10 @@ def _earlier(cfg: Config, target, bucket: str, identity: dict, keep_data: bool) 
     """The smallest minimum of an earlier shrink of this bucket, still valid today (for a
     timeout bucket: shrunk on today's predicate)."""
     from pipeline.outcome.result import STAGES_FILE
-    from pipeline.triage.shrink import SHRINK_DIR
     from pipeline.triage.slow import SLOW_FACTOR, TYPICAL
 
     best = None
-    for path in sorted((cfg.build_dir / SHRINK_DIR / target.name).glob("*/shrink.json")):
+    for path in sorted(cfg.layout.shrink_dir(target.name).glob("*/shrink.json")):
         try:
             summary = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -313,7 +311,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
             continue
         identity = tool_identity(cfg, target)
         versions = tool_versions(cfg, target)
-        root = cfg.build_dir / BUGREPORTS / target.name
+        root = cfg.layout.bugreports(target.name)
         by_name = {c.name: c for c in selected}
         index = []
         for bucket in sorted(chosen, key=lambda b: (-len(chosen[b]), b)):

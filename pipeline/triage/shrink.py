@@ -52,7 +52,6 @@ from pipeline.core.tools import write_text
 from pipeline.targets.cost import OBSERVED
 from pipeline.triage.slow import Slow, stage_seconds, typical_seconds
 
-SHRINK_DIR = "shrink"
 FAILURES = (ERROR, FAIL, TIMEOUT, HARNESS)  # what an attempt's chain records as failing
 
 
@@ -349,7 +348,7 @@ def _timed_text(a: Attempt) -> str:
 
 
 def shrink_dir(cfg: Config, case: Case) -> Path:
-    return cfg.build_dir / SHRINK_DIR / case.target / case.name
+    return cfg.layout.shrink_dir(case.target) / case.name
 
 
 def shrink(case: Case, cfg: Config, log=print, budget: float | None = None, keep_data: bool = False) -> dict:
