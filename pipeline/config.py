@@ -46,7 +46,7 @@ class Knob(NamedTuple):
 KNOBS = (
     Knob("CONV_SWEEP_N", str(DEFAULT_N), "geometries per category"),
     Knob("CONV_SWEEP_BUILD_DIR", "build/ beside dodo.py (git-ignored)", "artifact root; doit's database too"),
-    Knob("CONV_SWEEP_TARGET", DEFAULT_TARGET, "target profile, or a comma-separated list swept in one run"),
+    Knob("CONV_SWEEP_TARGET", DEFAULT_TARGET, "target profile (or <profile>@<version>), or a comma-separated list swept in one run"),
     Knob("CONV_SWEEP_TARGETS_FILE", "none", "JSON file adding or overriding target profiles"),
     Knob("CONV_SWEEP_TOOLCHAIN_DIR", "~/.cache/conv-sweep/toolchain", "where `doit toolchain` installs Torq's tools"),
     Knob("CONV_SWEEP_COMPILE_FLAGS", "empty", "extra compile flags, after the target's own, split like a shell would"),
@@ -177,11 +177,12 @@ class Config:
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None,
-                 install_to=None) -> "Config":
+                 install_to=None, backends=None) -> "Config":
         """Relative paths in the knobs are taken from `base_dir` (the user's working directory).
         A selected compiler version not yet installed is installed, its progress written to
         `install_to`, where that stream is given (a run); else it is an error naming the
-        command that installs it."""
+        command that installs it. A release must read today's importers' MLIR of every backend,
+        or of `backends` where given."""
         env = os.environ if environ is None else environ
         base = Path(base_dir or os.getcwd())
         check_names(env)
@@ -226,7 +227,7 @@ class Config:
         tool_files = _tool_files(env, base)
         targets = []
         for profile in profiles:
-            manifest = installed_toolchain(profile, toolchain_root, install_to)
+            manifest = installed_toolchain(profile, toolchain_root, install_to, backends)
             expected_path = base / pattern.replace("{target}", profile.name) if pattern \
                 else expected.DEFAULT_DIR / f"{profile.name}.json"
             targets.append(Target(

@@ -71,7 +71,8 @@ def test_diff_rules():
 
 
 def _timed(case, status, flavor, compile_s=None, cycles=None, **kw):
-    entry = {**_entry(case, status, **kw), "flavor": flavor}
+    backend, _, variant = flavor.partition("_")
+    entry = {**_entry(case, status, **kw), "backend": backend, "flavor": variant}
     if compile_s is not None:
         entry["stages"] = {"compile": {"seconds": compile_s}}
     if cycles is not None:

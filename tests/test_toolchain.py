@@ -1,5 +1,7 @@
 """`doit toolchain`: installs the Torq tools outside the sources, once; a failed or killed
-install leaves nothing that is trusted."""
+install leaves nothing that is trusted; another release installs beside it (shipped digests, or
+recorded on its first install and held to after), and one that does not exist is named."""
+import json
 import os
 import signal
 import subprocess
@@ -68,3 +70,43 @@ def test_killed_install_leaves_nothing_trusted(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert toolchain.manifest(root) is not None
     assert not list(root.glob(".*partial*"))  # the killed run's leftovers are gone
+
+
+def test_a_second_torq_release_installs_beside_the_pinned_one_and_reads_the_importers():
+    env = clean_env(CONV_SWEEP_TARGET="torq@2.2.1")
+    run = doit("toolchain", env=env, timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    root = toolchain.root_from_env(env)
+    old, pinned = toolchain.manifest(root, kind="torq", version="2.2.1"), toolchain.manifest(root)
+    assert old and pinned and toolchain.install_dir(root, "torq", "2.2.1") != toolchain.install_dir(root)
+    assert {w["version"] for w in old["wheels"].values()} == {"2.2.1"}
+    assert old["wheels"] != pinned["wheels"]
+    assert set(old["reads"]) == {p.name for p in toolchain.PROBES.iterdir()}
+    assert toolchain.reads(old, "tflite") == (True, "") and toolchain.reads(old, "onnx") == (True, "")
+
+
+def test_a_release_without_shipped_digests_records_them_and_holds_later_installs_to_them(tmp_path):
+    root = tmp_path / "tc"
+    assert ("iree", "3.11.0") not in toolchain.PINS
+    toolchain.install(root, out=open(os.devnull, "w"), kind="iree", version="3.11.0")
+    recorded = json.loads((root / toolchain.DIGESTS).read_text())["iree"]["3.11.0"]
+    installed = toolchain.manifest(root, kind="iree", version="3.11.0")
+    assert {d: r["sha256"] for d, r in recorded.items()} == {d: w["sha256"] for d, w in installed["wheels"].items()}
+    compiled = subprocess.run([installed["tools"]["iree-compile"], str(toolchain.PROBES / "onnx_f32.mlir"),
+                               "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                               "-o", str(tmp_path / "probe.vmfb")], capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0 and (tmp_path / "probe.vmfb").stat().st_size > 0, compiled.stderr[-2000:]
+    # another wheel under the same release's name: the recorded digest refuses it
+    recorded["iree-base-compiler"]["sha256"] = "0" * 64
+    (root / toolchain.DIGESTS).write_text(json.dumps({"iree": {"3.11.0": recorded}}))
+    assert toolchain.manifest(root, kind="iree", version="3.11.0") is None  # no install of these digests
+    with pytest.raises(toolchain.ToolchainError, match="pip download"):
+        toolchain.install(root, out=open(os.devnull, "w"), kind="iree", version="3.11.0")
+    assert not list(root.glob(".*partial*"))
+
+
+def test_a_release_that_does_not_exist_names_the_ones_that_do(tmp_path):
+    with pytest.raises(toolchain.ToolchainError) as err:
+        toolchain.install(tmp_path / "tc", out=open(os.devnull, "w"), kind="torq", version="9.9.9")
+    assert "torq 9.9.9 does not exist on PyPI" in str(err.value) and "2.3.0, 2.2.1" in str(err.value)
+    assert not (tmp_path / "tc").exists() or not list((tmp_path / "tc").iterdir())

@@ -55,8 +55,8 @@ def test_compare_names_two_targets_of_the_build_folder(two_releases):
 
 WRAPPER = """#!/bin/sh
 # the release's own compiler for {older}; every later release fails
-case "$*" in
-  *llvm-cpu-{older}/*) exec "{real}" "$@";;
+case "$PWD/" in  # the compiler runs in the case's folder on the target
+  */llvm-cpu-{older}/) exec "{real}" "$@";;
 esac
 echo "error: injected failure in every release after {older}" >&2
 exit 1
@@ -93,3 +93,13 @@ def test_a_release_that_does_not_exist_is_refused_before_any_task(tmp_path):
     assert "9.9.9" in run.stderr and "3.13.0" in run.stderr and "3.12.0" in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "build" / "cases").exists()
     assert not glob.glob(str(root_from_env(env) / "iree-9.9.9-*"))
+
+
+def test_a_release_that_cannot_read_today_s_importer_is_refused_with_its_error(tmp_path):
+    # IREE 3.11.0 reads the ONNX importer's text, not the TFLite int8 bytecode (rounding mode)
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGET=f"llvm-cpu@{OLDER}")
+    run = doit("list", env=env, timeout=1800)
+    assert run.returncode != 0
+    said = run.stderr.strip().splitlines()[-1]
+    assert f"iree {OLDER}'s compiler cannot read the MLIR today's tflite importer writes" in said, said
+    assert "tflite_w8i8.mlirbc" in said and "error" in said

@@ -435,8 +435,21 @@ def bugreport(run: Run, buckets, budget, keep_data):
 
 
 def bisect(run: Run, subject, target, versions):
+    """`doit bisect CASE --target T --versions A..B`: doit hands what follows a task taking
+    positional arguments to it whole, so the options after the case are read here."""
+    import argparse
+
     from pipeline.triage.bisect import bisect
 
+    parser = argparse.ArgumentParser(prog="doit bisect", add_help=False, exit_on_error=False)
+    parser.add_argument("subject", nargs="*")
+    parser.add_argument("--target", default=target)
+    parser.add_argument("--versions", default=versions)
+    try:
+        args, unknown = parser.parse_known_args(list(subject))
+    except argparse.ArgumentError as err:
+        return TaskFailed(f"conv-sweep: doit bisect: {err}")
+    subject, target, versions = args.subject + unknown, args.target, args.versions
     if len(subject) != 1 or not versions:
         return TaskFailed("conv-sweep: doit bisect takes one case or bucket and --versions FIRST..LAST: "
                           "doit bisect <case-or-bucket> --target llvm-cpu --versions 3.9.0..3.13.0")

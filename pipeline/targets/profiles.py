@@ -266,11 +266,12 @@ def versioned(profile: Profile, version: str, item: str) -> Profile:
                    mlir="bytecode", calibration=str(profile.calibration_file))
 
 
-def installed_toolchain(profile: Profile, root: Path, install_to=None) -> dict | None:
+def installed_toolchain(profile: Profile, root: Path, install_to=None, backends=None) -> dict | None:
     """The manifest of the profile's toolchain, or a ConfigError naming the command that
     installs it; None for a profile without one. A version's toolchain is installed on
     demand where `install_to` (a stream for the install's progress) is given. A version
-    whose compiler cannot read today's importers' MLIR (the install's probes) is refused."""
+    whose compiler cannot read today's importers' MLIR (the install's probes) is refused:
+    for every backend of its flavors, or for `backends` where given (one case's)."""
     if not profile.toolchain:
         return None
     from pipeline.targets import toolchain
@@ -283,7 +284,7 @@ def installed_toolchain(profile: Profile, root: Path, install_to=None) -> dict |
             raise ConfigError("CONV_SWEEP_TARGET", profile.name, str(err)) from None
         found = toolchain.manifest(root, kind=profile.toolchain, version=profile.version)
     if found is not None and profile.version:
-        for backend in sorted({flavor.split("_")[0] for flavor in profile.flavors}):
+        for backend in sorted(backends or {flavor.split("_")[0] for flavor in profile.flavors}):
             readable, error = toolchain.reads(found, backend)
             if not readable:
                 raise ConfigError("CONV_SWEEP_TARGET", profile.name,

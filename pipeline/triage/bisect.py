@@ -98,7 +98,8 @@ def evaluate(case: Case, cfg: Config, version: str, environ, base: Path, log) ->
     env = {**environ, "CONV_SWEEP_TARGET": name, "CONV_SWEEP_BUILD_DIR": str(cfg.layout.bisect_dir(case.target)),
            "CONV_SWEEP_EXPECTED_FAILURES": "", "CONV_SWEEP_SHARD": "", "CONV_SWEEP_SCHEDULER": ""}
     try:
-        there = Config.from_env(env, base_dir=base, install_to=_Prefixed(log, f"{version}: "))
+        there = Config.from_env(env, base_dir=base, install_to=_Prefixed(log, f"{version}: "),
+                                backends={case.backend})
     except ConfigError as err:
         if "cannot read" in err.problem:
             return Outcome(version, UNTESTABLE, err.problem, None)

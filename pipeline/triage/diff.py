@@ -142,13 +142,18 @@ def distribution(values: list[float]) -> dict | None:
     return {"cases": len(v), "min": v[0], "p10": at(0.1), "median": statistics.median(v), "p90": at(0.9), "max": v[-1]}
 
 
+def _flavor(entry: dict) -> str:
+    """backend_flavor (tflite_w8i8), as the report names them."""
+    return "_".join(part for part in (entry.get("backend"), entry.get("flavor")) if part) or "?"
+
+
 def release_table(old: dict[str, dict], new: dict[str, dict], changed: dict) -> dict[str, dict]:
     """Per flavor: regressions, fixes, bucket changes, compile-time moves beyond noise, and the
     ratio distributions of estimated NPU cycles (cases passing in both) and of compile time."""
     table: dict[str, dict] = {}
     for name in sorted(set(old) & set(new)):
         a, b = old[name], new[name]
-        row = table.setdefault(a.get("flavor") or "?", {"cases": 0, "regressions": 0, "fixed": 0,
+        row = table.setdefault(_flavor(a), {"cases": 0, "regressions": 0, "fixed": 0,
                                                          "bucket_changes": 0, "compile_moves": 0,
                                                          "cycles": [], "compile": []})
         row["cases"] += 1
@@ -158,7 +163,7 @@ def release_table(old: dict[str, dict], new: dict[str, dict], changed: dict) -> 
         ta, tb = compile_seconds(a), compile_seconds(b)
         if ta and tb and max(ta, tb) >= COMPILE_TIME_MIN:
             row["compile"].append(tb / ta)
-    flavor_of = {name: (old[name].get("flavor") or "?") for name in old}
+    flavor_of = {name: _flavor(old[name]) for name in old}
     for key in ("regressions", "fixed", "bucket_changes"):
         for r in changed[key]:
             table[flavor_of[r["case"]]][key] += 1
