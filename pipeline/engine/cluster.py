@@ -197,10 +197,10 @@ class Cluster:
             # a worker that dies running a task (a crash, an OOM kill) fails it at the second death.
             # Dask's own bookkeeping off or slowed: its statistical profiler (a stack sample of every
             # worker thread each 10 ms), event-loop tick, system and memory monitors and work
-            # stealing (pointless with tasks submitted one at a time) took 14 of 78 core-seconds of
-            # a 50-case sweep on 2 cores, the profiler 13 of them. The workers inherit this config.
-            # They are forked from a server process that imported distributed once, rather than
-            # each spawned to import it again (0.6 core-seconds at start; they also stop faster).
+            # stealing (pointless with tasks submitted one at a time) cost a sizeable share of a
+            # small sweep's core-seconds, the profiler most of it (docs/measurements.md). The
+            # workers inherit this config. They are forked from a server process that imported
+            # distributed once, rather than each spawned to import it again (they also stop faster).
             dask.config.set({"distributed.scheduler.allowed-failures": 1,
                              "distributed.worker.multiprocessing-method": "forkserver",
                              "distributed.worker.profile.enabled": False,
@@ -286,10 +286,10 @@ class Cluster:
         # the worker enforces each tool's timeout; the driver gives up too, well after that
         wait = 3 * self.cfg.timeout + 900
         with self.free or contextlib.nullcontext():
-            # the Config travels with each task, pickled (about 3 KB): a scattered copy is data Dask
+            # the Config travels with each task, pickled (a few KB): a scattered copy is data Dask
             # cannot recompute, lost with the last worker holding it, cancelling every task waiting
             # on it; and as a dataclass Dask would walk its fields for futures at every submit
-            # (6 ms of latency and 4.5 ms of the driver's CPU a task, measured)
+            # (latency and driver CPU on every task: docs/measurements.md)
             future = self.client.submit(run_stage, stage_fn, subject, self.config, shipped, str(self.cfg.build_dir),
                                         key=f"{task}-{cases[0].key}-{uuid.uuid4().hex[:8]}", pure=False)
             # The client batches its messages to the scheduler 10 ms apart (distributed's own,

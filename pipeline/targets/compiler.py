@@ -2,14 +2,14 @@
 
 Each target's flags are in its profile (pipeline/targets/targets.json). Stock IREE targets compile with
 --mlir-disable-threading: the sweep runs one compile per core, and MLIR's multithreading then
-only adds contention (about 25% more CPU per compile here); MLIR output does not depend on it.
-They also compile with --verify=false (no IR verifier after every pass): 9% less compile time,
-every module of the default sweep byte-identical on both (pipeline/dev/flagcheck.py proves it;
-docs/scale-out.md has the figures).
+only adds contention; MLIR output does not depend on it. They also compile with
+--verify=false (no IR verifier after every pass): less compile time, every module of the
+default sweep byte-identical on both (pipeline/dev/flagcheck.py proves it;
+docs/measurements.md has the figures).
 
 A profile with `fixed_addresses` starts its compiler with address-space randomization off
 (`setarch <machine> -R`, util-linux). torq-compile 2.3.0 writes a different module from one
-compile of the same input to the next (10 compiles of one case: 6 different modules): its
+compile of the same input to the next (docs/measurements.md): its
 output follows where its allocations land. With randomization off the same command writes
 the same bytes every time, in any folder and environment (tests/test_compiler.py checks it),
 so a failure fails with the same message again and a compile flag can be proven to leave

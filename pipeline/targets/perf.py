@@ -12,15 +12,13 @@ module that computes the wrong thing means nothing. A failing benchmark tool lea
 status alone; its reason and log are kept in `perf.execution`.
 
 Shared machines are noisy, and more between runs than within one: repetitions in one
-benchmark call share the same neighbour on the other core, two runs do not. Measured here (2
-cores, `doit -n 2`), two runs of the full default sweep with the same compiler: the spread
-within a run has a median of 2.9 %, but the medians moved between the runs by |log ratio| up
-to 8.0 % at the 99th percentile, 20 % at the 99.9th, 30 % at most; with the spreads alone 266
-of 1,250 cases would have been called slower or faster. A comparison of two runs
-(pipeline/triage/diff.py) therefore calls a time change real only when it exceeds the larger of the
-two runs' spreads plus RUN_TO_RUN_NOISE (1 of those 1,250 cases), which `doit compare
---noise-floor` replaces for another machine; `doit compare` of two runs of one compiler
-prints that run-to-run figure for the machine at hand.
+benchmark call share the same neighbour on the other core, two runs do not, so the spreads
+within a run understate how far two runs' medians move (docs/triage.md, "Comparing two runs",
+and docs/measurements.md have the figures). A comparison of two runs (pipeline/triage/diff.py)
+therefore calls a time change real only when it exceeds the larger of the two runs' spreads
+plus RUN_TO_RUN_NOISE, which `doit compare --noise-floor` replaces for another machine;
+`doit compare` of two runs of one compiler prints that run-to-run figure for the machine at
+hand.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ FAILING = ("fail", "error", "timeout", "xfail", "changed", "harness")
 RATIO_FACTOR = 2.0  # a ratio that moved by more than this factor either way is listed
 RATIO_FLOOR = 0.01  # ratios are compared as (r + floor): a move from 0.001 to 0.004 is noise, not news
 # A compile's time moved beyond noise when |log(new / old)| exceeds this: the largest move two
-# cold full sweeps of one compiler showed on this 2-core machine, x2.1 (docs/measurements.md).
+# cold full sweeps of one compiler showed on a 2-core machine (docs/measurements.md).
 COMPILE_TIME_NOISE = 0.75
 COMPILE_TIME_MIN = 1.0  # seconds: shorter compiles are mostly process start, their ratios are not compared
 
