@@ -92,6 +92,8 @@ class Profile:
                 value = {stage: rule.to_dict() for stage, rule in value}
             elif isinstance(value, tuple):
                 value = list(value)
+            elif f.name == "version" and value is None:
+                continue  # the pinned release: a bare profile's dict (and the keys made of it) as before
             out[f.name] = value
         return out
 
