@@ -194,7 +194,7 @@ def test_compare_html_lists_filter_search_and_sort(tmp_path, browser):
     d = {key: [] for key, _ in KINDS}
     d.update(regressions=[change(f"conv_a{i}", "pass", "error", "compile") for i in range(4)]
              + [change("conv_b", "pass", "fail", "verify")],
-             fixed=[change("conv_c", "error", "pass", None)], noise_floor=0.05, timing=None)
+             fixed=[change("conv_c", "error", "pass", None)], noise_floor=0.05, timing=None, flavors={})
     page = tmp_path / "compare.html"
     page.write_text(_html([("torq", "torq", d)], "old/build", "new/build"))
     browser.get(page.as_uri())
