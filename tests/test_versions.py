@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import clean_env, doit, write_spec, write_wrapper
+from helpers import clean_env, doit, executed, write_spec, write_wrapper
 from pipeline.targets.toolchain import root_from_env
 from test_dodo import SMALL
 
@@ -29,6 +29,9 @@ def two_releases(tmp_path_factory):
 def test_two_releases_in_one_sweep_keep_their_results_apart(two_releases):
     tmp, env, run = two_releases
     build = tmp / "build"
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # every case passes on both
+    again = doit("-r", "json", "sweep", env=env)
+    assert again.returncode == 0 and executed(again) == [], again.stderr[-2000:]  # a rerun builds nothing
     documents = {t: json.loads((build / "report" / t / "results.json").read_text())
                  for t in (f"llvm-cpu-{OLD}", "llvm-cpu")}
     assert {e["target"] for e in documents[f"llvm-cpu-{OLD}"]["cases"]} == {f"llvm-cpu@{OLD}"}, run.stderr[-2000:]

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 # The iree-base-* packages put Python scripts on PATH that start the native tools in a
-# subprocess (about 0.03-0.3 s each: a Python start; iree-dump-module's 0.08 s against 0.004 s
-# for the native one); the native executables themselves live here.
+# subprocess (a Python start on every call, far more than the native tool's own start:
+# docs/measurements.md); the native executables themselves live here.
 _NATIVE = {"iree-compile": ("iree", "compiler", "_mlir_libs"), "iree-opt": ("iree", "compiler", "_mlir_libs"),
            "iree-run-module": ("iree", "_runtime_libs"), "iree-dump-module": ("iree", "_runtime_libs"),
            "iree-benchmark-module": ("iree", "_runtime_libs")}

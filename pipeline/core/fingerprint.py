@@ -105,9 +105,10 @@ def module_file(name: str) -> Path:
 
 @lru_cache(maxsize=None)
 def code_digest(modules: tuple[str, ...]) -> str:
-    """The digest of the modules' code_text. Parsing them costs about 0.4 s per process (the
-    run's main process and each worker), so it is kept on disk per file size and mtime, as a
-    tool's digest is (CODE_DIGESTS; a stale entry needs an edit that keeps both)."""
+    """The digest of the modules' code_text. Parsing them costs a noticeable part of a second
+    per process (the run's main process and each worker; docs/measurements.md), so it is kept
+    on disk per file size and mtime, as a tool's digest is (CODE_DIGESTS; a stale entry needs
+    an edit that keeps both)."""
     files = [module_file(name) for name in modules]
     try:
         stats = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])

@@ -33,8 +33,9 @@ _HEADER = struct.Struct("<Q")
 _helpers: dict[tuple, subprocess.Popen] = {}  # _key(helper name) -> helper process
 _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
 # Helpers shared by every thread of a process (one call at a time, under their lock): those
-# whose one-off imports cost more than waiting for a busy one does (TensorFlow's about 2 s,
-# torch's about 1 s, against builds of about 0.2 s). Time spent waiting for one is not the call's.
+# whose one-off imports cost more than waiting for a busy one does (TensorFlow's and torch's
+# imports take seconds, a build a fraction of one: docs/measurements.md). Time spent waiting for
+# one is not the call's.
 SHARED = ("model-tflite", "model-onnx")
 _locks: dict[tuple, threading.Lock] = {}
 _locks_lock = threading.Lock()

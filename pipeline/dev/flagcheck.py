@@ -33,6 +33,7 @@ from pathlib import Path
 from pipeline.config import Config
 from pipeline.core.errors import ConfigError, StageError
 from pipeline.dev.benchmark import CORES, ROOT
+from pipeline.core.layout import folder
 from pipeline.space.cases import Case
 
 
@@ -66,7 +67,7 @@ def check_case(cfg: Config, case: Case, index: int, extra: tuple[str, ...], twic
         order.append("a2")
         runs["a2"] = flags
     # a/ and b/ are siblings: both compiles read the MLIR by the same relative path
-    done = {name: compile_once(cfg, case, runs[name], scratch / case.target / case.name / name) for name in order}
+    done = {name: compile_once(cfg, case, runs[name], scratch / folder(case.target) / case.name / name) for name in order}
     a, b = done["a"], done["b"]
     if a["cut"] or b["cut"]:
         verdict = "cut"

@@ -272,7 +272,7 @@ class Cluster:
                 return stage_fn(subject, self.cfg)
         # imported only here, past the local branch: while the cluster-start thread imports
         # distributed, an import in the driver's model builds would wait on its import lock
-        # (0.4 s at the start of a run, measured)
+        # at the start of a run (docs/measurements.md)
         import distributed
 
         from pipeline.run.stages import record_error

@@ -26,6 +26,7 @@ from pipeline.config import Config
 from pipeline.core.chain import MLIR, MLIR_BYTECODE, SHARED_TASKS, TASK_OF_STAGE, TASKS, VMFB
 from pipeline.core.errors import ConfigError
 from pipeline.core.integrity import file_record, unchanged
+from pipeline.core.layout import folder as target_folder
 from pipeline.outcome.result import RESULT_FILE
 from pipeline.space.cases import Case
 
@@ -224,7 +225,7 @@ def _groups(run: Run, stage: str):
     else:
         for case in run.cases:
             model_folder = os.path.join(cases_root, case.name)
-            yield case.key, [case], model_folder, os.path.join(model_folder, case.target)
+            yield case.key, [case], model_folder, os.path.join(model_folder, target_folder(case.target))
 
 
 def plan_order(run: Run, tasks: dict, lanes: int) -> None:

@@ -46,9 +46,10 @@ from pipeline.core.tools import write_text
 
 COSTS_DIR = Path(__file__).parent / "costs"
 TIMED = ("compile", "run")  # the stages whose limit follows the case's cost
-# How much slower the same tool on the same input runs on a slow day than on a fast one here
-# (docs/targets.md, budgets): a stage that took more than budget / DAY_SPREAD may be cut on
-# another day, so `doit accept_failures` lists it as a timeout, which may also finish.
+# How much slower the same tool on the same input runs on a slow day than on a fast one
+# (docs/targets.md, budgets; docs/measurements.md): a stage that took more than
+# budget / DAY_SPREAD may be cut on another day, so `doit accept_failures` lists it as a
+# timeout, which may also finish.
 DAY_SPREAD = 3.0
 SPAN = 10 ** 0.5
 OBSERVED = "observed-costs.jsonl"  # in <build>/report/<target>/: this folder's completed invocations

@@ -33,7 +33,7 @@ from pipeline.core.tools import run_tool
 from pipeline.space.geometry import macs
 
 REPETITIONS = 5
-RUN_TO_RUN_NOISE = 0.10  # |log ratio| two runs of one compiler reach on this machine (see above)
+RUN_TO_RUN_NOISE = 0.10  # |log ratio| two runs of one compiler reach (measured: see above)
 MIN_TIME = "0.1s"  # per repetition: google-benchmark repeats the call until this much time has passed
 LOG = "benchmark.log"
 

@@ -5,12 +5,12 @@ past that point. Why SLOW_FACTOR is what it is: docs/triage.md.
 
 Typical is not the limit's prediction. The limits follow the target's calibration, an upper
 envelope that must never cut a legitimate case, so it holds every slow case the calibration
-run saw, the anomaly under report included (torq's giant compile made it predict 563 s for
-every case from 46 M MACs up). What the stage normally takes at a size is what this sweep's
-other cases took: the envelope of the build folder's completed invocations of the stage
-(pipeline/targets/cost.py), without the case's own and those of the cases listed as timeouts
-at that stage. Only where the sweep measured nothing near the case's size does the target's
-calibration stand in.
+run saw, the anomaly under report included (torq's giant compile made it predict that
+compile's time for every case with at least 1/√10 of its MACs: docs/measurements.md). What
+the stage normally takes at a size is what this sweep's other cases took: the envelope of the
+build folder's completed invocations of the stage (pipeline/targets/cost.py), without the
+case's own and those of the cases listed as timeouts at that stage. Only where the sweep
+measured nothing near the case's size does the target's calibration stand in.
 """
 from __future__ import annotations
 
