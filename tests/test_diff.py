@@ -94,6 +94,12 @@ def test_the_release_table_per_flavor():
     assert f32["compile"]["cases"] == 2 and f32["compile"]["max"] == 2.5
     assert (bf16["regressions"], bf16["bucket_changes"], bf16["compile_moves"]) == (1, 1, 0)  # c: under 1 s
     assert bf16["cycles"] is None and bf16["compile"] is None  # c fails in new; its compiles are under a second
+    slow_failure = {"x": _timed("x", "pass", "onnx_f32", 40.0), "y": _timed("y", "pass", "onnx_f32", 40.0)}
+    fast_failure = {"x": _timed("x", "error", "onnx_f32", 0.3, stage="compile", reason="crashed"),
+                    "y": _timed("y", "pass", "onnx_f32", 41.0)}
+    assert diff(slow_failure, fast_failure)["flavors"]["onnx_f32"]["compile"]["cases"] == 1  # a failed compile says nothing of speed
+    fast_failure["y"]["stages"]["compile"]["store"] = True
+    assert diff(slow_failure, fast_failure)["flavors"]["onnx_f32"]["compile"] is None  # nor a module from the store
 
 
 def test_compare_names_targets_of_the_build_folder(tmp_path):

@@ -18,9 +18,15 @@ Nothing on the system changes.
 An install is built in a temporary folder and renamed into place once complete, its manifest
 (`toolchain.json`: wheel versions and digests, C runtime package versions) written last: a
 killed install leaves no folder that is trusted. A second install finds it and does nothing.
+
+The install also records whether the release's compiler reads the MLIR today's importers
+write (PROBES; `reads`). A manifest written before the probes existed (the pinned Torq
+release's, FORMAT 1 too) is probed on its first read and the answer written back into it:
+the folder stays trusted and is reused, where a format bump would have installed it again.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -126,6 +132,8 @@ def root_from_env(environ=None) -> Path:
 
 
 def _release(kind: str, version: str | None) -> tuple[Kind, str]:
+    if kind not in KINDS:
+        raise ToolchainError(f"unknown kind of toolchain {kind!r}: one of {', '.join(KINDS)}")
     spec = KINDS[kind]
     version = version or spec.pinned
     if version is None:
@@ -150,6 +158,16 @@ def digests(root: Path, kind: str = NAME, version: str | None = None) -> dict | 
         return PINS[(kind, version)]
     found = recorded(root).get(kind, {}).get(version)
     return {d: found[d]["sha256"] for d in spec.dists} if found else None
+
+
+def _origin(root: Path, kind: str, version: str) -> str:
+    """Where the release's digests come from, for a message about a wheel that differs."""
+    if (kind, version) in PINS:
+        return "the one shipped with conv-sweep (PINS in pipeline/targets/toolchain.py)"
+    if digests(root, kind, version) is None:
+        return "none yet"
+    dates = sorted({r.get("recorded", "?") for r in recorded(root).get(kind, {}).get(version, {}).values()})
+    return f"the one recorded on {', '.join(dates)} in {Path(root) / DIGESTS} (its first install here)"
 
 
 def install_dir(root: Path, kind: str = NAME, version: str | None = None) -> Path:
@@ -180,7 +198,30 @@ def manifest(root: Path | None = None, kind: str = NAME, version: str | None = N
         data = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    return data if data.get("wheels") == _pins(kind, version, pins) and data.get("format") == FORMAT else None
+    if data.get("wheels") != _pins(kind, version, pins) or data.get("format") != FORMAT:
+        return None
+    if "reads" not in data:  # installed before the probes: probed now, once
+        _probe_late(folder, data, KINDS[kind].compiler)
+    return data
+
+
+_probed: dict[str, tuple[dict, dict]] = {}  # install folder -> its probes, where they could not be written back
+
+
+def _probe_late(folder: Path, data: dict, compiler: str) -> None:
+    """Probe an install whose manifest predates the probes and write the answer into its
+    manifest (atomically: a reader sees the old manifest or the new, both trusted)."""
+    from pipeline.core.tools import write_text
+
+    if str(folder) not in _probed:
+        with tempfile.TemporaryDirectory(prefix="conv-sweep-probe.") as scratch:
+            _probed[str(folder)] = _probe(folder / "bin" / compiler, Path(scratch))
+    data["reads"], data["read_errors"] = _probed[str(folder)]
+    try:
+        write_text(folder / MANIFEST, json.dumps(data, indent=1) + "\n")
+    except OSError:  # a folder this user cannot write: the answer holds for this process
+        return
+    del _probed[str(folder)]
 
 
 def _pins(kind: str = NAME, version: str | None = None, pins: dict | None = None) -> dict:
@@ -224,15 +265,16 @@ def install(root: Path | None = None, out=None, kind: str = NAME, version: str |
         print(f"conv-sweep: {what} is installed in {install_dir(root, kind, version)}: nothing to do", file=out)
         return install_dir(root, kind, version)
     pins = digests(root, kind, version)
-    if pins is None:
+    if pins is None:  # neither shipped nor recorded: asked of PyPI before anything is downloaded
         available = available_versions(kind)
         if version not in available:
             raise ToolchainError(f"{kind} {version} does not exist on PyPI ({spec.dists[0]}); "
                                  f"available: {', '.join(available)}")
+    origin = _origin(root, kind, version)
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{kind}-{version}.partial.", dir=root))
     try:
-        data, pins = _build(work, out, spec, version, pins)
+        data, pins = _build(work, out, spec, version, pins, origin)
         if pins is not None and digests(root, kind, version) is None:
             _record(root, kind, version, pins)  # first install of this release: later ones must match
         final = install_dir(root, kind, version)
@@ -250,12 +292,19 @@ def install(root: Path | None = None, out=None, kind: str = NAME, version: str |
 
 
 def _record(root: Path, kind: str, version: str, pins: dict) -> None:
+    """Add a release's digests to DIGESTS (atomically, under a lock: two installs of different
+    releases at once both stay recorded; the first install of a release wins)."""
     from pipeline.core.tools import write_text
 
-    data = recorded(root)
-    data.setdefault(kind, {})[version] = {d: {"sha256": h, "recorded": time.strftime("%Y-%m-%d")}
-                                          for d, h in pins.items()}
-    write_text(Path(root) / DIGESTS, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    lock = os.open(root, os.O_RDONLY)  # the toolchain folder itself is the lock: no lock file
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = recorded(root)
+        data.setdefault(kind, {}).setdefault(version, {d: {"sha256": h, "recorded": time.strftime("%Y-%m-%d")}
+                                                       for d, h in pins.items()})
+        write_text(Path(root) / DIGESTS, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    finally:
+        os.close(lock)  # and the lock with it
 
 
 def _finish(work: Path, final: Path, data: dict) -> None:
@@ -268,11 +317,12 @@ def _finish(work: Path, final: Path, data: dict) -> None:
     os.rename(work, final)
 
 
-def _build(work: Path, out, spec: Kind, version: str, pins: dict | None) -> tuple[dict, dict]:
+def _build(work: Path, out, spec: Kind, version: str, pins: dict | None,
+           origin: str = "the pinned one") -> tuple[dict, dict]:
     downloads = work / "downloads"
     downloads.mkdir()
     print(f"conv-sweep: fetching {', '.join(f'{d}=={version}' for d in spec.dists)} ...", file=out)
-    wheels, pins = _download_wheels(downloads, spec, version, pins)
+    wheels, pins = _download_wheels(downloads, spec, version, pins, origin)
     tree = work / "wheels"
     for wheel in wheels:
         _unpack(wheel, tree, spec.members)
@@ -303,16 +353,26 @@ def _build(work: Path, out, spec: Kind, version: str, pins: dict | None) -> tupl
 
 
 def _probe(compiler: Path, work: Path) -> tuple[dict, dict]:
-    """Each probe through the compiler's input conversion only (`--compile-to=input`): a
-    release that cannot parse today's importers' MLIR fails here, in a second, not as a
-    confusing compile failure of every case."""
+    """Each probe through the compiler's parsing and input conversion only
+    (`--compile-to=input`, the earliest phase; torq-compile takes it too, well under a second
+    a probe): a release that cannot parse today's importers' MLIR fails here, not as a
+    confusing compile failure of every case. A probe that fails is recorded, never fails
+    the install: {probe: read?}, {probe: its first error line}."""
     readable, errors = {}, {}
     for probe in sorted(PROBES.iterdir()):
-        proc = subprocess.run([str(compiler), str(probe), "--compile-to=input", "-o", str(work / "probe.out")],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        try:
+            proc = subprocess.run([str(compiler), str(probe), "--compile-to=input", "-o", str(work / "probe.out")],
+                                  capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        except subprocess.TimeoutExpired:
+            readable[probe.name], errors[probe.name] = False, "timed out after 120 s"
+            continue
+        except OSError as err:
+            readable[probe.name], errors[probe.name] = False, f"cannot start {compiler}: {err.strerror}"
+            continue
         readable[probe.name] = proc.returncode == 0
         if proc.returncode:
-            lines = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line]
+            text = (proc.stderr + proc.stdout).splitlines()
+            lines = [line for line in text if "error:" in line] or [line for line in text if "error" in line.lower()]
             errors[probe.name] = (lines[0] if lines else f"exit status {proc.returncode}").strip()[:300]
     (work / "probe.out").unlink(missing_ok=True)
     return readable, errors
@@ -327,20 +387,37 @@ def _run(argv: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
         raise ToolchainError(f"{what}: {argv[0]} timed out") from None
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
-        raise ToolchainError(f"{what} failed (exit status {proc.returncode}):\n{tail}")
+        err = ToolchainError(f"{what} failed (exit status {proc.returncode}):\n{tail}")
+        err.output = proc.stderr + proc.stdout  # all of it, for a caller that reads it
+        raise err
     return proc
 
 
-def _download_wheels(dest: Path, spec: Kind, version: str, pins: dict | None) -> tuple[list[Path], dict]:
-    """pip download, with --require-hashes where the digests are known (shipped or recorded):
-    pip refuses a file whose digest differs. Returns the wheels and their digests."""
+def _download_wheels(dest: Path, spec: Kind, version: str, pins: dict | None,
+                     origin: str = "the pinned one") -> tuple[list[Path], dict]:
+    """pip download, with --require-hashes where the digests are known (shipped or recorded,
+    `origin` says which): pip refuses a file whose digest differs. Returns the wheels and
+    their digests."""
     requirements = dest / "requirements.txt"
     requirements.write_text("".join(f"{d}=={version}" + (f" --hash=sha256:{pins[d]}" if pins else "") + "\n"
                                     for d in spec.dists))
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--platform", spec.platform,
-          "--python-version", spec.python, *(["--require-hashes"] if pins else []), "--disable-pip-version-check",
-          "-q", "-d", str(dest), "-r", str(requirements)],
-         f"downloading the {spec.name} {version} wheels (pip download)", timeout=1800)
+    try:
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--platform",
+              spec.platform, "--python-version", spec.python, *(["--require-hashes"] if pins else []),
+              "--disable-pip-version-check", "-q", "-d", str(dest), "-r", str(requirements)],
+             f"downloading the {spec.name} {version} wheels (pip download)", timeout=1800)
+    except ToolchainError as err:
+        # pip: "Expected sha256 <pin>" then "Got <digest>" for each wheel that differs
+        differs = re.findall(r"Expected sha256 ([0-9a-f]{64})\s+Got\s+([0-9a-f]{64})", getattr(err, "output", ""))
+        if not pins or not differs:
+            raise
+        names = {h: d for d, h in pins.items()}
+        raise ToolchainError("; ".join(f"{names.get(want, 'a wheel')}=={version}: the sha256 of the wheel PyPI "
+                                       f"serves ({got}) differs from {origin} ({want})" for want, got in differs)
+                             + ": refused (pip download --require-hashes)"
+                             + ("" if (spec.name, version) in PINS else
+                                f". If the release was replaced on purpose, remove its entry from {DIGESTS} and "
+                                "install it again")) from None
     wheels, found = [], {}
     for dist in spec.dists:
         matches = list(dest.glob(f"{dist.replace('-', '_')}-{version}-*.whl"))
@@ -348,7 +425,7 @@ def _download_wheels(dest: Path, spec: Kind, version: str, pins: dict | None) ->
             raise ToolchainError(f"pip download left no wheel of {dist}=={version} in {dest}")
         actual = hashlib.sha256(matches[0].read_bytes()).hexdigest()
         if pins and actual != pins[dist]:  # pip checked it already; checked again before anything is unpacked
-            raise ToolchainError(f"{matches[0].name}: sha256 {actual} differs from the pinned or recorded {pins[dist]}")
+            raise ToolchainError(f"{matches[0].name}: its sha256 ({actual}) differs from {origin} ({pins[dist]})")
         wheels.append(matches[0])
         found[dist] = actual
     return wheels, found

@@ -125,10 +125,16 @@ def diff(old: dict[str, dict], new: dict[str, dict], noise_floor: float = RUN_TO
 
 
 def compile_seconds(entry: dict) -> float | None:
-    """The compile's wall time where the compile finished (a cut compile has no such time)."""
+    """The compile's wall time where the compile ran to a module here (a cut compile has no
+    such time; one that failed stopped early, and one from the store took a copy's time: neither
+    says anything of the compiler's speed)."""
+    if entry.get("stage") == "compile" and entry.get("status") in FAILING:
+        return None
     stage = (entry.get("stages") or {}).get("compile") or {}
     seconds = stage.get("seconds")
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 and not stage.get("cut") else None
+    if stage.get("store") or stage.get("cut"):  # given back by the store: its time is the copy's
+        return None
+    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
 
 def distribution(values: list[float]) -> dict | None:
