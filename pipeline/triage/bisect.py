@@ -89,17 +89,14 @@ def subject(cfg: Config, cases: list[Case], target: str, text: str) -> Case:
     return next(c for c in mine if c.name == smallest["case"])
 
 
-def evaluate(case: Case, cfg: Config, version: str, environ, base: Path, log) -> Outcome:
-    """The case on one release of its target's toolchain, in the bisect folder."""
+def evaluate(case: Case, cfg: Config, version: str, environ, base: Path, log, none: Path) -> Outcome:
+    """The case on one release of its target's toolchain, in the bisect folder, judged against
+    the empty expected-failures list `none`."""
     from pipeline.results.report import signature
     from pipeline.triage.shrink import run_tasks
 
     name = f"{cfg.target(case.target).profile.base}@{version}"
-    folder = cfg.layout.bisect_dir(case.target)
-    none = folder / "no-expected-failures.json"  # every release judged as it fails, none as listed
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text(none, json.dumps({"expected_failures": []}) + "\n")
-    env = {**environ, "CONV_SWEEP_TARGET": name, "CONV_SWEEP_BUILD_DIR": str(folder),
+    env = {**environ, "CONV_SWEEP_TARGET": name, "CONV_SWEEP_BUILD_DIR": str(cfg.layout.bisect_dir(case.target)),
            "CONV_SWEEP_EXPECTED_FAILURES": str(none), "CONV_SWEEP_SHARD": "", "CONV_SWEEP_SCHEDULER": ""}
     try:
         there = Config.from_env(env, base_dir=base, install_to=_Prefixed(log, f"{version}: "),
@@ -149,18 +146,13 @@ def search(versions: list[str], probe) -> tuple[str | None, str | None]:
     while hi - lo > 1:
         middle = (lo + hi) // 2
         order = sorted(range(lo + 1, hi), key=lambda i: (abs(i - middle), i))
-        tested = None
-        for i in order:
-            outcome = probe(versions[i])
-            if outcome.status != UNTESTABLE:
-                tested = i
-                break
+        tested = next(((i, o) for i in order if (o := probe(versions[i])).status != UNTESTABLE), None)
         if tested is None:
             break  # every release between is untestable: the change is somewhere in there
-        if probe(versions[tested]).bad:
-            hi = tested
+        if tested[1].bad:
+            hi = tested[0]
         else:
-            lo = tested
+            lo = tested[0]
     return versions[lo], versions[hi]
 
 
@@ -187,11 +179,15 @@ def bisect(cfg: Config, cases: list[Case], text: str, target: str, versions_text
     case = subject(cfg, cases, target, text)
     log(f"bisect {case.name} on {target}: {len(versions)} releases of {kind}, {versions[0]} .. {versions[-1]}")
     outcomes: dict[str, Outcome] = {}
+    folder = cfg.layout.bisect_dir(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    none = folder / "no-expected-failures.json"  # every release judged as it fails, none as listed
+    write_text(none, json.dumps({"expected_failures": []}) + "\n")
 
     def probe(version: str) -> Outcome:
         if version not in outcomes:
             outcomes[version] = evaluate(case, cfg, version, os.environ if environ is None else environ,
-                                         Path(base or os.getcwd()), log)
+                                         Path(base or os.getcwd()), log, none)
             log(outcomes[version].line())
         return outcomes[version]
 
@@ -200,8 +196,6 @@ def bisect(cfg: Config, cases: list[Case], text: str, target: str, versions_text
                 "outcomes": [vars(outcomes[v]) for v in versions if v in outcomes],
                 "last_good": good, "first_bad": bad,
                 "repro": {v: outcomes[v].repro for v in (good, bad) if v}}
-    folder = cfg.layout.bisect_dir(target)
-    folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "bisect.json", json.dumps(document, indent=1) + "\n")
     if good is None:
         first, last = outcomes[versions[0]], outcomes[versions[-1]]
@@ -209,7 +203,7 @@ def bisect(cfg: Config, cases: list[Case], text: str, target: str, versions_text
     else:
         log(f"last good: {outcomes[good].line()}\n  repro: {outcomes[good].repro}")
         log(f"first bad: {outcomes[bad].line()}\n  repro: {outcomes[bad].repro}")
-        skipped = [v for v in versions[versions.index(good) + 1:versions.index(bad)]]
+        skipped = versions[versions.index(good) + 1:versions.index(bad)]
         if skipped:
             log(f"between them, untestable: {', '.join(skipped)}")
     log(f"bisect: {folder / 'bisect.json'}")

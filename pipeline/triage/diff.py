@@ -132,7 +132,7 @@ def compile_seconds(entry: dict) -> float | None:
         return None
     stage = (entry.get("stages") or {}).get("compile") or {}
     seconds = stage.get("seconds")
-    if stage.get("store") or stage.get("cut"):  # given back by the store: its time is the copy's
+    if stage.get("store"):  # given back by the store: its time is the copy's
         return None
     return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else None
 
