@@ -76,14 +76,21 @@ def test_bisect_finds_the_first_release_that_fails(two_releases, tmp_path):
     assert len(older) == 1
     wrapper = write_wrapper(tmp_path / "iree-compile", WRAPPER.replace("{older}", OLDER), older[0])
     case = "conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid"
+    # the sweep lists the case's failure on the pinned release: bisect judges each release as it
+    # fails, never as listed (a listed failure is still a failure of that release)
+    listed = tmp_path / "expected.json"
+    listed.write_text(json.dumps({"expected_failures": [{"case": case, "stage": "compile", "bucket": (
+        "compile: <tool> exit status <n>: error: injected failure in every release after <n>.0")}]}))
     run = doit("bisect", case, "--target", "llvm-cpu", "--versions", f"{OLDER}..3.13.0",
-               env={**setup, "CONV_SWEEP_IREE_COMPILE": str(wrapper)}, timeout=1800)
+               env={**setup, "CONV_SWEEP_IREE_COMPILE": str(wrapper), "CONV_SWEEP_EXPECTED_FAILURES": str(listed)},
+               timeout=1800)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]
     assert f"last good: {OLDER}: pass" in out and f"first bad: {OLD}: error: compile" in out
     found = json.loads((build / "bisect" / "llvm-cpu" / "bisect.json").read_text())
     assert (found["last_good"], found["first_bad"]) == (OLDER, OLD)
     assert [o["version"] for o in found["outcomes"]] == [OLDER, OLD, "3.13.0"]
+    assert [o["status"] for o in found["outcomes"]] == ["pass", "error", "error"]
     for version in (OLDER, OLD):
         repro = Path(found["repro"][version])
         assert repro.is_file() and f"llvm-cpu-{version}" in str(repro)
