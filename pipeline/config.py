@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pipeline.space import expected
-from pipeline.space.cases import Case, Refused, make_cases, parse_variants, refused
+from pipeline.space.cases import DATA_MODES, Case, Refused, check_data_mode, make_cases, parse_variants, refused
 from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.executables import resolve
@@ -69,6 +69,7 @@ KNOBS = (
     Knob("CONV_SWEEP_ORDER", ORDERS[0], "chains (each case's chain as early as it can) or breadth"),
     Knob("CONV_SWEEP_PROGRESS_INTERVAL", f"{DEFAULT_PROGRESS_INTERVAL:g}", "seconds between progress lines"),
     Knob("CONV_SWEEP_JOBS", str(DEFAULT_JOBS), "doit workers of the pytest front end"),
+    Knob("CONV_SWEEP_DATA", DATA_MODES[0], "the data: random (zero-mean uniform) or adversarial (cases named _adv)"),
 )
 KNOB_PREFIX = "CONV_SWEEP_"
 
@@ -174,6 +175,7 @@ class Config:
     budgets: tuple[tuple[str, float], ...] = ()  # CONV_SWEEP_BUDGET: (stage, seconds) replacing the profiles' budgets
     order: str = ORDERS[0]  # the order case chains start in: chains (depth first) or breadth (doit's own)
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # seconds between progress lines off a terminal
+    data: str = DATA_MODES[0]  # the data mode of every case (pipeline/space/data.py)
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None,
@@ -254,7 +256,8 @@ class Config:
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
                    part, benchmark == "1", timeouts == "predicted", cache_dir,
                    budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
-                   progress_interval=progress_interval(env))
+                   progress_interval=progress_interval(env),
+                   data=check_data_mode(env.get("CONV_SWEEP_DATA", "").strip() or DATA_MODES[0], "CONV_SWEEP_DATA"))
 
     @cached_property
     def sampled(self):
@@ -267,12 +270,12 @@ class Config:
         cases = []
         for target in self.targets:
             cases += make_cases(self.sampled, self.compile_only | frozenset(target.profile.compile_only),
-                                target.expectations, target.name, target.profile.flavors)
+                                target.expectations, target.name, target.profile.flavors, self.data)
         return select(cases, self.shard)
 
     def refused(self) -> list[Refused]:
         """The cases not generated because a frontend refuses their geometry (any target)."""
-        return refused(self.sampled)
+        return refused(self.sampled, self.data)
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)

@@ -28,6 +28,7 @@ def _bad_values(tmp):
         "CONV_SWEEP_BENCHMARK": "yes", "CONV_SWEEP_EXPECTED_FAILURES": str(tmp / "no-list.json"),
         "CONV_SWEEP_BUDGET": "compile=soon", "CONV_SWEEP_TOOL_FILES": str(tmp / "no-such-file"),
         "CONV_SWEEP_ORDER": "sideways", "CONV_SWEEP_PROGRESS_INTERVAL": "x", "CONV_SWEEP_JOBS": "0",
+        "CONV_SWEEP_DATA": "nasty",
     }
 
 
@@ -55,7 +56,7 @@ def test_a_bad_knob_stops_doit_list_with_one_line_naming_it(knob, tmp_path):
 @pytest.mark.parametrize("variable, value, said", [
     ("CONV_SWEEP_TARGT", "torq", "CONV_SWEEP_TARGT='torq': is not a knob; did you mean CONV_SWEEP_TARGET? "
                                  "(docs/knobs.md lists them)"),
-    ("CONV_SWEEP_DATA", "adversarial", "CONV_SWEEP_DATA='adversarial': is not a knob (docs/knobs.md lists them)"),
+    ("CONV_SWEEP_COLOUR", "red", "CONV_SWEEP_COLOUR='red': is not a knob (docs/knobs.md lists them)"),
 ])
 def test_a_variable_that_is_no_knob_stops_doit_list_naming_it_and_the_closest(variable, value, said, tmp_path):
     run = doit("list", env=clean_env(**{"CONV_SWEEP_BUILD_DIR": tmp_path / "build", variable: value}), timeout=60)

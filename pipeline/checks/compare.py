@@ -32,12 +32,38 @@ class Comparison:
         return asdict(self)
 
 
+# The coarse shape of a failure, from the worst to the mildest (the first that applies): what the
+# output as a whole looks like, then how many of its elements are wrong. The same compiler on
+# the same case and data gives the same shape, so it is part of the failure's bucket.
+SHAPES = (
+    ("non-finite output", "a NaN or an infinity in the output"),
+    ("all-zero output", "every element is 0, where the expected output is not"),
+    ("constant output", "every element has one value, where the expected output does not"),
+    ("every element", "every element is outside its tolerance"),
+    ("some elements", "some elements are outside their tolerance, not all"),
+)
+
+
+def failure_shape(expected: np.ndarray, actual: np.ndarray, mismatches: int) -> str:
+    """The first of SHAPES that describes a failed comparison (`mismatches` > 0)."""
+    e, a = _as_float(expected), _as_float(actual)
+    if not np.isfinite(a).all():
+        return SHAPES[0][0]
+    if a.size > 1 or (a.size == 1 and e.size == 1):
+        if not a.any() and e.any():
+            return SHAPES[1][0]
+        if a.size > 1 and (a == a.flat[0]).all() and not (e == e.flat[0]).all():
+            return SHAPES[2][0]
+    return SHAPES[3][0] if mismatches == a.size else SHAPES[4][0]
+
+
 def _as_float(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
 
 
 def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> Comparison:
     """Compare actual with expected; tolerance is an absolute bound, scalar or broadcastable.
+    A failure's reason names its shape (SHAPES) after the count of elements outside tolerance.
 
     A non-finite value anywhere (expected, actual or tolerance) fails its element: no flavor
     allows one (the inputs and weights are finite and bounded, and no conv of the sweep comes
@@ -66,7 +92,8 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> C
     max_rel = float(rel.max()) if e.size else 0.0
     if mismatches:
         nonfinite = int((~finite).sum())
-        reason = (f"{name}: {mismatches} of {e.size} elements outside tolerance; "
+        reason = (f"{name}: {mismatches} of {e.size} elements outside tolerance "
+                  f"({failure_shape(expected, actual, mismatches)}); "
                   + (f"{nonfinite} non-finite (expected, actual or tolerance NaN or inf); " if nonfinite else "")
                   + f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}, worst at {list(map(int, worst))} "
                   f"(expected {e[worst]:.6g}, got {a[worst]:.6g}, tolerance {tol[worst]:.3g})")

@@ -182,11 +182,16 @@ def expected_output(case: Case, model: Path, weights: ModelWeights, x: np.ndarra
     return onnxruntime_output(model, x)
 
 
-def bf16_operands_reference(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
-    """The exact conv of the input and of `weights` (rounded to bf16 or not, as the target's
-    compiler holds them), rounded once to bf16: what a compiler that runs an f32 model in bf16
-    should compute."""
-    return round_to_bf16(float64_reference(case, weights, _bf16(x)))
+def bf16_sum(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """ONNX bf16: S, the exact (float64) conv of the bf16 operands as stored, before any rounding."""
+    return float64_reference(case, weights, x.astype(np.float64))
+
+
+def bf16_operands_sum(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """S, the exact (float64) conv of the input rounded to bf16 and of `weights` (rounded to bf16
+    or not, as the target's compiler holds them): what a compiler that runs an f32 model in bf16
+    should compute before its one rounding to bf16."""
+    return float64_reference(case, weights, _bf16(x))
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -209,23 +214,42 @@ def accumulators(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray
     return np.rint(acc).astype(np.int64)
 
 
+def drift(kernel: np.ndarray, x: np.ndarray) -> float:
+    """mu of the tolerance policy: the largest |mean of an output channel's weights| times
+    |mean of the input| (the products' common mean; 0 for zero-mean data)."""
+    kernel, x = np.asarray(kernel, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    if not kernel.size or not x.size:
+        return 0.0
+    return float(np.abs(kernel.reshape(kernel.shape[0], -1).mean(axis=1)).max() * abs(x.mean()))
+
+
 def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False, round_weights: bool = True,
              bias_free: bool = False, requantize: bool = False) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
     ("weights"), the oracle's output for x ("expected"), for w8if32 the float64 conv of the
-    dequantized weights ("exact"); for an f32 model the compiler runs in bf16 (`converted`) the
-    bf16-operands reference ("bf16"), with the weights and bias rounded to bf16 too where the
-    compiler does (`round_weights`); for a target that adds the bias separately in bf16
+    dequantized weights ("exact"), for f32 the float64 conv of the weights ("float64"); for ONNX bf16 the exact sum of its bf16 operands ("sum",
+    which "expected" rounds to bf16); for an f32 model the compiler runs in bf16 (`converted`)
+    the exact sum of the bf16 operands ("bf16_sum") and its bf16 rounding ("bf16"), with the
+    weights and bias rounded to bf16 too where the compiler does (`round_weights`); for a target that adds the bias separately in bf16
     (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
-    target (`requantize`) whose model requantizes once, every output's int32 accumulator ("accumulators")."""
+    target (`requantize`) whose model requantizes once, every output's int32 accumulator ("accumulators");
+    and the drift mu of the operands as the module holds them ("drift", pipeline/checks/tolerance.py)."""
     weights = model_weights(case, model)
-    out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
+    if case.flavor == "bf16":
+        total = bf16_sum(case, weights, x)
+        out = {"weights": weights, "sum": total, "expected": round_to_bf16(total)}
+    else:
+        out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
         out["exact"] = float64_reference(case, weights, x)  # float64: exact, no rounding of its own
+    elif case.flavor == "f32":  # the oracle itself is checked against it (verify: oracle_vs_float64)
+        out["float64"] = float64_reference(case, weights, x)
     held, x_held = weights, x.astype(np.float64)
     if converted:
         held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)
-        out["bf16"] = bf16_operands_reference(case, held, x)
+        out["bf16_sum"] = bf16_operands_sum(case, held, x)
+        out["bf16"] = round_to_bf16(out["bf16_sum"])
+    out["drift"] = drift(held.kernel, x_held)
     if bias_free:
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
     if requantize and case.flavor == "w8i8" and weights.requantized_once:

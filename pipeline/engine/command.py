@@ -143,7 +143,7 @@ class SweepRun(_Sweep, Run):
         refused = run.cfg.refused()
         if refused:
             print(f"conv-sweep: {len(refused)} cases not generated, their frontend refuses the geometry "
-                  f"(`doit refused` lists them with the reason)", file=sys.stderr)
+                  f"or their flavor cannot check it (`doit refused` lists them with the reason)", file=sys.stderr)
 
     @staticmethod
     def _after(run, out, changed: bool) -> None:

@@ -469,4 +469,4 @@ def print_refused(run: Run):
     refused = run.cfg.refused()
     for r in refused:
         print(f"{r.name}  ({r.category}): {r.reason}")
-    print(f"{len(refused)} cases not generated: their frontend refuses the geometry")
+    print(f"{len(refused)} cases not generated: their frontend refuses the geometry or their flavor cannot check it")

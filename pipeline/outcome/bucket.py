@@ -4,8 +4,11 @@ A signature is the failing stage and its one-line reason, with everything that v
 cases or runs of one compiler abstracted: case names, file paths (absolute or ./ ../ relative),
 tensor types, shapes (4x8xf32), hex addresses (a stack frame's), and every number (exit
 statuses, line and column numbers, sizes, timeouts). The words of the diagnostic stay. A
-numeric failure (stage verify) is the names of the checks that failed: how many elements, where
-the worst one lies and by how much depend on the geometry and its data, not on the failure mode.
+numeric failure (stage verify) is the names of the checks that failed, each with the coarse shape
+of its failure (pipeline/checks/compare.py: SHAPES; a non-finite, all-zero or constant output,
+every element wrong or some): how many elements, where the worst one lies and by how much depend
+on the geometry and its data, the shape on the failure mode. A listed failure whose shape
+changes (a few wrong elements turned into NaN, or into zeros) is a changed bucket.
 So a rerun of the same compiler on the same cases gives the same signatures, and one bug seen
 on many geometries is one bucket.
 
@@ -39,7 +42,7 @@ _NORMALIZE = [
     (re.compile(r"(?:<path>|<unknown>|<case>|[\w.-]+\.mlir(?:bc)?)(?::<n>)*: (?=(?:error|warning|note|remark):)"),
      "<loc>: "),
 ]
-_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance")
+_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance(?: \(([a-z -]+)\))?")
 
 
 def normalize(text: str) -> str:
@@ -56,5 +59,6 @@ def signature(stage: str | None, reason: str | None, outcome: str | None = None)
         return f"{stage}: {TIMEOUT_BUCKET}"
     checks = _FAILED_CHECK.findall(text) if stage == "verify" else []
     if checks:
-        return f"verify: {' + '.join(normalize(c) for c in checks)}: elements outside tolerance"
+        named = [normalize(check) + (f" [{shape}]" if shape else "") for check, shape in checks]
+        return f"verify: {' + '.join(named)}: elements outside tolerance"
     return f"{stage}: {normalize(text)}"

@@ -167,7 +167,8 @@ def refusal_summary(refused: list) -> list[str]:
     by_reason: dict[str, list] = {}
     for r in refused:
         by_reason.setdefault(r.reason, []).append(r)
-    lines = [f"not generated: {len(refused)} cases, their frontend refuses the geometry (`doit refused` lists them)"]
+    lines = [f"not generated: {len(refused)} cases, their frontend refuses the geometry or their flavor "
+             f"cannot check it (`doit refused` lists them)"]
     for reason, items in sorted(by_reason.items(), key=lambda i: -len(i[1])):
         geometries = {r.name.split("_", 3)[3] for r in items}  # conv_<backend>_<flavor>_<geometry id>
         lines.append(f"[{len(items)} cases, {len(geometries)} geometries] {reason}\n      e.g. {items[0].name}")

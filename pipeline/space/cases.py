@@ -18,6 +18,14 @@ FLAVORS = {
 }
 VARIANTS = tuple(f"{b}_{f}" for b, flavors in FLAVORS.items() for f in flavors)
 MODEL_FILE = {"tflite": "model.tflite", "onnx": "model.onnx"}
+DATA_MODES = ("random", "adversarial")  # pipeline/space/data.py
+ADVERSARIAL_SUFFIX = "_adv"  # a case of the adversarial data mode: conv_..._adv
+
+
+def check_data_mode(mode: str, field: str = "data") -> str:
+    if mode not in DATA_MODES:
+        raise ConfigError(field, mode, f"must be one of {', '.join(DATA_MODES)}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -33,9 +41,11 @@ class Case:
     target: str = "llvm-cpu"  # the target profile it is compiled for and run on
     # `doit shrink --keep-data`: the geometry whose seeded weights and input this case crops
     data_from: Geometry | None = None
+    data: str = "random"  # the data mode (pipeline/space/data.py): random or adversarial
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
+        check_data_mode(self.data)
 
     @property
     def expect_stage(self) -> str | None:
@@ -49,7 +59,8 @@ class Case:
     @cached_property
     def name(self) -> str:
         base = f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
-        return f"{base}_data_{self.data_from.id}" if self.data_from is not None else base
+        base = f"{base}_data_{self.data_from.id}" if self.data_from is not None else base
+        return base + ADVERSARIAL_SUFFIX if self.data == "adversarial" else base
 
     @cached_property
     def key(self) -> str:
@@ -65,13 +76,15 @@ class Case:
         """Seed of this case's inputs: stable across runs and machines (a case cropping another's
         data: that case's)."""
         if self.data_from is not None:
-            return _stable_hash(f"conv_{self.backend}_{self.flavor}_{self.data_from.id}")
+            suffix = ADVERSARIAL_SUFFIX if self.data == "adversarial" else ""
+            return _stable_hash(f"conv_{self.backend}_{self.flavor}_{self.data_from.id}{suffix}")
         return _stable_hash(self.name)
 
     @property
     def weight_seed(self) -> int:
-        """Seed of the model's weights: one per geometry, shared by every flavor."""
-        return _stable_hash((self.data_from or self.geometry).id)
+        """Seed of the model's weights: one per geometry and data mode, shared by every flavor."""
+        geometry = (self.data_from or self.geometry).id
+        return _stable_hash(geometry + ADVERSARIAL_SUFFIX if self.data == "adversarial" else geometry)
 
 
 def _stable_hash(text: str) -> int:
@@ -98,19 +111,18 @@ def parse_variants(text: str, field: str) -> frozenset[str]:
 
 
 def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset(),
-               expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS) -> list[Case]:
+               expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS,
+               data: str = "random") -> list[Case]:
     """Every (category, geometry) in every backend and flavor the target supports and the
     backend's frontend can build (see `refused`), with its expected failure if listed."""
     cases = []
     for category, geometry in sampled:
         for backend, flavors in FLAVORS.items():
-            if refusal(geometry, backend):
-                continue
             for flavor in flavors:
-                if f"{backend}_{flavor}" not in variants:
+                if f"{backend}_{flavor}" not in variants or refusal(geometry, backend, flavor):
                     continue
                 case = Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only,
-                            target=target)
+                            target=target, data=data)
                 expected = match(case.name, expectations) if expectations else None
                 if expected:
                     case = replace(case, expected=expected)
@@ -128,13 +140,14 @@ class Refused:
     reason: str
 
 
-def refused(sampled: list[tuple[str, Geometry]]) -> list[Refused]:
-    """The cases not generated because their backend's frontend refuses the geometry."""
+def refused(sampled: list[tuple[str, Geometry]], data: str = "random") -> list[Refused]:
+    """The cases not generated because their frontend refuses the geometry or their flavor cannot check it."""
     out = []
     for category, geometry in sampled:
         for backend, flavors in FLAVORS.items():
-            reason = refusal(geometry, backend)
-            if reason:
-                out += [Refused(Case(geometry, backend, flavor, category).name, f"{backend}_{flavor}", category, reason)
-                        for flavor in flavors]
+            for flavor in flavors:
+                reason = refusal(geometry, backend, flavor)
+                if reason:
+                    out.append(Refused(Case(geometry, backend, flavor, category, data=data).name, f"{backend}_{flavor}",
+                                       category, reason))
     return out

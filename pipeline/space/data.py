@@ -1,4 +1,21 @@
 """Seeded weights and inputs: the same case gives the same numbers on every run and machine.
+
+Two data modes (CONV_SWEEP_DATA; a case's `data`):
+- random: zero-mean uniform weights, bias and inputs (U(-1, 1)), the full int8 range for w8i8;
+- adversarial: data chosen per flavor to provoke the bugs rounding and range live in, every
+  tensor still drawn entry by entry alike (the tolerance policy's model, pipeline/checks/tolerance.py).
+  Float flavors: inputs 1 + U(-1/16, 1/16) (a common offset), and output channels in four roles,
+  o mod 4:
+    0 cancel: zero-sum weights (pairs w, -w in a random order), so the offset cancels and S is
+      a small remainder of large partial sums (bf16's half step at |S| is tiny);
+    1 drift: weights >= 0 (the partial sums grow like k mu) and a bias of -sum(w_o), which the
+      sum cancels;
+    2 dominant bias: zero-mean weights and a bias of +-16;
+    3 random: zero-mean weights, a small bias.
+  w8i8: inputs at the int8 extremes only (-128 and 127, three in four at the top), calibrated on
+  the same extremes, from [0, 1] (input zero point -128) or [-1, 0] (zero point 127) by the
+  case's seed; output channels o mod 3: 0 every weight +max (the largest |acc|: K 127 255),
+  1 weights +-max (every weight at 127 in magnitude) with a dominant bias, 2 cancel (as above).
 """
 from __future__ import annotations
 
@@ -11,6 +28,54 @@ from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry
 
 BIAS_RANGE = 0.5  # bias ~ U(-0.5, 0.5): the same size as a typical output, so a lost bias shows
+ADVERSARIAL_OFFSET, ADVERSARIAL_SPREAD = 1.0, 1.0 / 16  # adversarial float inputs: 1 + U(-1/16, 1/16)
+DOMINANT_BIAS = 16.0  # against outputs of about 1
+HIGH_EXTREME = 0.75  # adversarial int8 inputs: the share at the top of the range
+
+
+def _zero_sum(rng, count: int, bound: float) -> np.ndarray:
+    """`count` weights summing to exactly 0: pairs w, -w (|w| ~ U(bound/2, bound)), and a 0 if
+    count is odd, in a random order."""
+    half = rng.uniform(bound / 2, bound, count // 2) * rng.choice((-1.0, 1.0), count // 2)
+    values = np.concatenate([half, -half, np.zeros(count % 2)])
+    return rng.permutation(values)
+
+
+def adversarial_weights(geometry: Geometry, seed: int, flavor: str) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel and bias of the adversarial mode (the module docstring), per output-channel role."""
+    rng = np.random.default_rng(seed)
+    k = geometry.reduction
+    bound = 1.0 / np.sqrt(k)
+    shape = (geometry.c_out, geometry.c_in // geometry.groups, *geometry.kernel)
+    kernel = np.empty((geometry.c_out, k))
+    bias = np.empty(geometry.c_out)
+    for o in range(geometry.c_out):
+        if flavor == "w8i8":
+            role = o % 3
+            if role == 0:
+                kernel[o] = bound
+                bias[o] = 0.0
+            elif role == 1:
+                kernel[o] = bound * rng.choice((-1.0, 1.0), k)
+                bias[o] = rng.choice((-1.0, 1.0)) * DOMINANT_BIAS * bound * np.sqrt(k)
+            else:
+                kernel[o] = _zero_sum(rng, k, bound)
+                bias[o] = 0.0
+            continue
+        role = o % 4
+        if role == 0:
+            kernel[o] = _zero_sum(rng, k, bound)
+            bias[o] = rng.uniform(-1, 1) * ADVERSARIAL_SPREAD / 2
+        elif role == 1:
+            kernel[o] = rng.uniform(0, bound, k)
+            bias[o] = -ADVERSARIAL_OFFSET * kernel[o].astype(np.float32).astype(np.float64).sum()
+        elif role == 2:
+            kernel[o] = rng.uniform(-bound, bound, k)
+            bias[o] = rng.choice((-1.0, 1.0)) * DOMINANT_BIAS
+        else:
+            kernel[o] = rng.uniform(-bound, bound, k)
+            bias[o] = rng.uniform(-BIAS_RANGE, BIAS_RANGE)
+    return kernel.reshape(shape).astype(np.float32), bias.astype(np.float32)
 
 
 def conv_weights(geometry: Geometry, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,13 +100,19 @@ def _original(case: Case) -> Case:
     return replace(case, geometry=case.data_from, data_from=None)
 
 
+def _weights(geometry: Geometry, case: Case) -> tuple[np.ndarray, np.ndarray]:
+    if case.data == "adversarial":
+        return adversarial_weights(geometry, case.weight_seed, case.flavor)
+    return conv_weights(geometry, case.weight_seed)
+
+
 def case_weights(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """The case's kernel and bias: its own seeded ones, or those of the geometry it keeps the
     data of, cropped (output channels, input channels per group, kernel taps: the leading ones)."""
     g = case.geometry
     if case.data_from is None:
-        return conv_weights(g, case.weight_seed)
-    kernel, bias = conv_weights(case.data_from, case.weight_seed)
+        return _weights(g, case)
+    kernel, bias = _weights(case.data_from, case)
     return (_crop(kernel, (g.c_out, g.c_in // g.groups, *g.kernel), "kernel"),
             _crop(bias, (g.c_out,), "bias"))
 
@@ -59,15 +130,35 @@ def float_samples(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(np.float32)
 
 
+def adversarial_samples(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Adversarial float inputs: 1 + U(-1/16, 1/16)."""
+    rng = np.random.default_rng(seed)
+    return (ADVERSARIAL_OFFSET + rng.uniform(-ADVERSARIAL_SPREAD, ADVERSARIAL_SPREAD, shape)).astype(np.float32)
+
+
+def _extremes(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Adversarial int8 inputs, as booleans: True at the top of the range (three in four)."""
+    return np.random.default_rng(seed).random(shape) < HIGH_EXTREME
+
+
+def extreme_range(case: Case) -> tuple[float, float]:
+    """The real range adversarial int8 inputs are calibrated on: [0, 1] (input zero point -128)
+    or [-1, 0] (zero point 127), by the case's seed."""
+    return (0.0, 1.0) if case.weight_seed % 2 == 0 else (-1.0, 0.0)
+
+
 def make_input(case: Case) -> np.ndarray:
-    """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8
-    (a case keeping another's data: that input, cropped)."""
+    """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8;
+    adversarial: see the module docstring (a case keeping another's data: that input, cropped)."""
     if case.data_from is not None:
         return _crop(make_input(_original(case)), input_shape(case), "input")
     shape = input_shape(case)
+    adversarial = case.data == "adversarial"
     if case.flavor == "w8i8":
+        if adversarial:
+            return np.where(_extremes(shape, case.seed), np.int8(127), np.int8(-128)).astype(np.int8)
         return np.random.default_rng(case.seed).integers(-128, 128, shape, dtype=np.int8)
-    x = float_samples(shape, case.seed)
+    x = adversarial_samples(shape, case.seed) if adversarial else float_samples(shape, case.seed)
     if case.flavor == "bf16":
         import ml_dtypes
 
@@ -80,4 +171,8 @@ def calibration_samples(case: Case, count: int = 8) -> list[np.ndarray]:
     if case.data_from is not None:
         return [_crop(s, input_shape(case), "input") for s in calibration_samples(_original(case), count)]
     shape = input_shape(case)
+    if case.data == "adversarial":
+        low, high = extreme_range(case)
+        return [np.where(_extremes(shape, case.weight_seed + 1 + i), high, low).astype(np.float32)
+                for i in range(count)]
     return [float_samples(shape, case.weight_seed + 1 + i) for i in range(count)]

@@ -132,12 +132,12 @@ def minimum(g: Geometry, dim: str) -> int:
     return 1
 
 
-def buildable(g: Geometry, backend: str) -> bool:
+def buildable(g: Geometry, backend: str, flavor: str | None = None) -> bool:
     try:
         g.validate()
     except ConfigError:
         return False
-    return refusal(g, backend) is None
+    return refusal(g, backend, flavor) is None
 
 
 # --- attempts ------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ class Shrinker:
     def attempt(self, g: Geometry) -> Attempt:
         if g in self.seen:
             return self.seen[g]
-        if not buildable(g, self.case.backend):
+        if not buildable(g, self.case.backend, self.case.flavor):
             found = Attempt(g, "invalid", "", 0.0, False)
             self.seen[g] = found
             return found
