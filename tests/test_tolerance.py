@@ -79,7 +79,7 @@ def test_f32_bound_with_drift_holds_for_non_negative_data_and_still_sees_a_flipp
     """x ~ U(0, 1), w ~ U(0, a), K = 4,608, summed in f32 one product after another: every output
     within the bound with its drift term (no false alarm), many outside it without (the zero-mean
     bound is not sound here); one flipped weight still exceeds the bound."""
-    from pipeline.checks.oracle import drift
+    from pipeline.checks.oracle import drift, rms_product
 
     rng = np.random.default_rng(7)
     k, outputs, a = 4608, 400, 1 / np.sqrt(4608)
@@ -88,11 +88,11 @@ def test_f32_bound_with_drift_holds_for_non_negative_data_and_still_sees_a_flipp
     products = (x * w).astype(np.float32)
     sequential = np.cumsum(products, axis=1, dtype=np.float32)[:, -1].astype(np.float64)  # f32, in order
     exact = (x.astype(np.float64) * w.astype(np.float64)).sum(axis=1)
-    t, mu = float(np.abs(w).max()) * float(x.max()), drift(w, x)
-    assert mu > 0
+    r, mu = rms_product(w, x), drift(w, x)
+    assert mu > 0 and r < float(np.abs(w).max()) * float(x.max())
     error = np.abs(sequential - exact)
-    with_drift = tolerance.f32_tolerance(exact, k, t, 0.0, implementations=1, mu=mu)
-    without = tolerance.f32_tolerance(exact, k, t, 0.0, implementations=1)
+    with_drift = tolerance.f32_tolerance(exact, k, r, 0.0, implementations=1, mu=mu)
+    without = tolerance.f32_tolerance(exact, k, r, 0.0, implementations=1)
     assert (error <= with_drift).all()
     assert (error > without).mean() > 0.25  # about half of them
     flipped = 2 * float(np.median(w)) * 0.5  # one median weight's sign flipped, a typical input

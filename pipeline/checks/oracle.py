@@ -223,6 +223,14 @@ def drift(kernel: np.ndarray, x: np.ndarray) -> float:
     return float(np.abs(kernel.reshape(kernel.shape[0], -1).mean(axis=1)).max() * abs(x.mean()))
 
 
+def rms_product(kernel: np.ndarray, x: np.ndarray) -> float:
+    """r of the tolerance policy: max|w| sqrt(mean(x**2)), the rms bound of one product."""
+    kernel, x = np.asarray(kernel, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    if not kernel.size or not x.size:
+        return 0.0
+    return float(np.abs(kernel).max() * np.sqrt(np.mean(x * x)))
+
+
 def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False, round_weights: bool = True,
              bias_free: bool = False, requantize: bool = False) -> dict:
     """Everything verify needs from the model, computed in the helper process: its weights
@@ -233,7 +241,8 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     weights and bias rounded to bf16 too where the compiler does (`round_weights`); for a target that adds the bias separately in bf16
     (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
     target (`requantize`) whose model requantizes once, every output's int32 accumulator ("accumulators");
-    and the drift mu of the operands as the module holds them ("drift", pipeline/checks/tolerance.py)."""
+    and the drift mu and rms product r of the operands as the module holds them ("drift",
+    "rms_product": pipeline/checks/tolerance.py)."""
     weights = model_weights(case, model)
     if case.flavor == "bf16":
         total = bf16_sum(case, weights, x)
@@ -250,6 +259,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
         out["bf16_sum"] = bf16_operands_sum(case, held, x)
         out["bf16"] = round_to_bf16(out["bf16_sum"])
     out["drift"] = drift(held.kernel, x_held)
+    out["rms_product"] = rms_product(held.kernel, x_held)
     if bias_free:
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
     if requantize and case.flavor == "w8i8" and weights.requantized_once:

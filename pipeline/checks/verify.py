@@ -50,12 +50,14 @@ class Terms:
     b: float  # max|bias|
     max_x: float  # max|x|
     mu: float = 0.0  # the products' drift
+    r: float = 0.0  # the rms bound of a product, max|w| sqrt(mean(x**2)) (<= t)
 
 
 def _terms(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: dict | None = None) -> Terms:
     max_x = float(np.abs(x.astype(np.float64)).max()) if x.size else 0.0
-    return Terms(case.geometry.reduction, float(np.abs(weights.kernel).max()) * max_x,
-                 float(np.abs(weights.bias).max()), max_x, float((refs or {}).get("drift", 0.0)))
+    t = float(np.abs(weights.kernel).max()) * max_x
+    return Terms(case.geometry.reduction, t, float(np.abs(weights.bias).max()), max_x,
+                 float((refs or {}).get("drift", 0.0)), float((refs or {}).get("rms_product", t)))
 
 
 def _repro_check(case: Case, case_dir: Path, terms: Terms, refs: dict, converted: bool, input_arg: str,
@@ -65,23 +67,23 @@ def _repro_check(case: Case, case_dir: Path, terms: Terms, refs: dict, converted
     tool cannot express (a separate bias add's step, int8 requantization ties), repro.sh takes its
     largest value everywhere; against a bf16-rounded reference it allows a bf16 step more than the
     sweep's check against the exact sum (tolerance.bf16_terms)."""
-    k, t, b, mu = terms.k, terms.t, terms.b, terms.mu
+    k, r, b, mu = terms.k, terms.r, terms.b, terms.mu
     bias_step = float(np.max(_bias_step(refs, terms)))
     if converted:
-        atol, rtol = tolerance.bf16_terms(k, t, b, mu)
+        atol, rtol = tolerance.bf16_terms(k, r, b, mu)
         write_check(case_dir, refs["bf16"], "approximate", atol + bias_step, rtol, input_arg)
     elif case.flavor == "w8i8":  # bit-exact, with the single-round model's values on such a target
         write_check(case_dir, refs.get("single_round", refs["expected"]), "exact", input_arg=input_arg)
     elif case.flavor == "bf16":
-        atol, rtol = tolerance.bf16_terms(k, t, b, mu)
+        atol, rtol = tolerance.bf16_terms(k, r, b, mu)
         write_check(case_dir, refs["expected"], "approximate", atol + bias_step, rtol, input_arg)
     elif "exact" in refs:  # w8if32: the exact conv, saved in f32 (one more rounding: u |e|)
-        atol, rtol = tolerance.f32_terms(k, t, b, implementations=1, mu=mu)
+        atol, rtol = tolerance.f32_terms(k, r, b, implementations=1, mu=mu)
         write_check(case_dir, refs["exact"].astype(np.float32), "approximate", atol, rtol + tolerance.U_F32,
                     input_arg)
     else:
         write_check(case_dir, refs["expected"], "approximate",
-                    *tolerance.f32_terms(k, t, b, implementations=2, mu=mu), input_arg)
+                    *tolerance.f32_terms(k, r, b, implementations=2, mu=mu), input_arg)
 
 
 def separate_bias(case: Case, profile, converted: bool) -> bool:
@@ -95,7 +97,7 @@ def _bias_step(refs: dict, terms: Terms) -> np.ndarray | float:
     """Per element, what a target that adds the bias in a separate bf16 step may add (else 0):
     the oracle computes the bias-free sum only for such a case."""
     if "bias_free" in refs:
-        return tolerance.separate_bias_term(refs["bias_free"], terms.k, terms.t, terms.b, terms.mu)
+        return tolerance.separate_bias_term(refs["bias_free"], terms.k, terms.r, terms.b, terms.mu)
     return 0.0
 
 
@@ -131,12 +133,12 @@ def oracle_vs_float64(case: Case, weights: oracle.ModelWeights, x: np.ndarray, r
         return None
     terms = _terms(case, weights, x, refs)
     if case.flavor == "w8if32":
-        bound = tolerance.hybrid_tolerance(reference, weights.kernel, terms.max_x, terms.k, terms.t, terms.b, -1,
-                                           terms.mu) - tolerance.f32_tolerance(reference, terms.k, terms.t, terms.b,
+        bound = tolerance.hybrid_tolerance(reference, weights.kernel, terms.max_x, terms.k, terms.r, terms.b, -1,
+                                           terms.mu) - tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b,
                                                                                2, terms.mu) \
-            + tolerance.f32_tolerance(reference, terms.k, terms.t, terms.b, 1, terms.mu)
+            + tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b, 1, terms.mu)
     else:
-        bound = tolerance.f32_tolerance(reference, terms.k, terms.t, terms.b, 1, terms.mu)
+        bound = tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b, 1, terms.mu)
     return compare("oracle vs float64 conv", reference, refs["expected"].astype(np.float64), bound)
 
 
@@ -152,7 +154,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     terms = _terms(case, weights, x, refs)
     agreement = oracle_vs_float64(case, weights, x, refs)
     oracle_off = agreement is not None and not agreement.passed
-    k, t, b, max_x, mu = terms.k, terms.t, terms.b, terms.max_x, terms.mu
+    k, t, b, max_x, mu, r = terms.k, terms.t, terms.b, terms.max_x, terms.mu, terms.r
     expected, exact = refs["expected"], refs.get("exact")
     bias_step = _bias_step(refs, terms)
     if "bf16" in refs:  # an f32 model converted to bf16 by the compiler
@@ -160,24 +162,24 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
         operands = "bf16-rounded operands" if profile is None or profile.converts_weights else \
             "bf16-rounded input and f32 weights"
         checks = [compare(f"vs float64 conv of the {operands}, rounded to bf16", refs["bf16_sum"], wide,
-                          tolerance.bf16_tolerance(refs["bf16_sum"], k, t, b, mu, bias_step))]
+                          tolerance.bf16_tolerance(refs["bf16_sum"], k, r, b, mu, bias_step))]
         if case.flavor == "w8if32":
             checks.append(compare("vs float64 conv of the dequantized int8 weights (bf16 conversion bound)", exact,
-                                  wide, tolerance.converted_tolerance(exact, k, t, b, 1, mu, bias_step)))
+                                  wide, tolerance.converted_tolerance(exact, k, t, b, 1, mu, bias_step, r=r)))
             if oracle_off:
                 return checks
-            hybrid = tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, t, b, -1, mu) \
-                - tolerance.f32_tolerance(expected, k, t, b, 2, mu)  # the activation quantization's own bound
+            hybrid = tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, r, b, -1, mu) \
+                - tolerance.f32_tolerance(expected, k, r, b, 2, mu)  # the activation quantization's own bound
             checks.append(compare("vs TFLite hybrid kernel (activation quantization + bf16 conversion bound)",
                                   expected, actual.astype(expected.dtype),
-                                  tolerance.converted_tolerance(expected, k, t, b, 2, mu, bias_step, hybrid)))
+                                  tolerance.converted_tolerance(expected, k, t, b, 2, mu, bias_step, hybrid, r)))
         elif oracle_off:
             checks.append(compare("vs float64 conv (bf16 conversion bound)", refs["float64"], wide,
-                                  tolerance.converted_tolerance(refs["float64"], k, t, b, 1, mu, bias_step)))
+                                  tolerance.converted_tolerance(refs["float64"], k, t, b, 1, mu, bias_step, r=r)))
         else:
             oracle_name = "TFLite interpreter" if case.backend == "tflite" else "onnxruntime"
             checks.append(compare(f"vs {oracle_name} (bf16 conversion bound)", expected, actual.astype(expected.dtype),
-                                  tolerance.converted_tolerance(expected, k, t, b, 2, mu, bias_step)))
+                                  tolerance.converted_tolerance(expected, k, t, b, 2, mu, bias_step, r=r)))
         return checks
     if case.flavor == "w8i8":
         if profile is not None and profile.int8_rounding == "single-round" and "accumulators" in refs:
@@ -188,20 +190,20 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
         return [compare("vs TFLite reference kernels (bit-exact)", expected, actual, 0.0)]
     if case.flavor == "bf16":
         return [compare("vs float64 conv of the bf16 operands, rounded to bf16", refs["sum"],
-                        actual.astype(np.float64), tolerance.bf16_tolerance(refs["sum"], k, t, b, mu, bias_step))]
+                        actual.astype(np.float64), tolerance.bf16_tolerance(refs["sum"], k, r, b, mu, bias_step))]
     if case.flavor == "w8if32":
         checks = [compare("vs float64 conv of the dequantized int8 weights", exact, actual.astype(np.float64),
-                          tolerance.f32_tolerance(exact, k, t, b, implementations=1, mu=mu))]
+                          tolerance.f32_tolerance(exact, k, r, b, implementations=1, mu=mu))]
         if not oracle_off:
             checks.append(compare("vs TFLite hybrid kernel (activation quantization bound)", expected, actual,
-                                  tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, t, b, channel_axis=-1,
+                                  tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, r, b, channel_axis=-1,
                                                              mu=mu)))
         return checks
     if oracle_off:
         return [compare("vs float64 conv", refs["float64"], actual.astype(np.float64),
-                        tolerance.f32_tolerance(refs["float64"], k, t, b, implementations=1, mu=mu))]
+                        tolerance.f32_tolerance(refs["float64"], k, r, b, implementations=1, mu=mu))]
     oracle_name = "TFLite interpreter" if case.backend == "tflite" else "onnxruntime"
-    return [compare(f"vs {oracle_name}", expected, actual, tolerance.f32_tolerance(expected, k, t, b, mu=mu))]
+    return [compare(f"vs {oracle_name}", expected, actual, tolerance.f32_tolerance(expected, k, r, b, mu=mu))]
 
 
 def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[np.ndarray, bool]:
