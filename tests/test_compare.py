@@ -62,3 +62,22 @@ def test_int8_histogram_of_lsb_differences():
     assert not c.passed and c.mismatches == 2
     assert c.lsb_histogram == {"-1": 1, "0": 3, "1": 1}
     assert "LSB differences" in c.reason
+
+
+@pytest.mark.parametrize("actual, shape", [
+    (lambda e: np.where(np.arange(e.size).reshape(e.shape) == 7, np.nan, e).astype(np.float32), "non-finite output"),
+    (lambda e: np.zeros_like(e), "all-zero output"),
+    (lambda e: np.full_like(e, 0.25), "constant output"),
+    (lambda e: (e + 1).astype(np.float32), "every element"),
+    (lambda e: np.where(np.arange(e.size).reshape(e.shape) < 3, e + 1, e).astype(np.float32), "some elements"),
+])
+def test_a_failure_names_its_shape_the_worst_that_applies(actual, shape):
+    e = _outputs()
+    c = compare("vs oracle", e, actual(e), 1e-3)
+    assert not c.passed and f"elements outside tolerance ({shape}); " in c.reason
+
+
+def test_a_failed_int8_check_names_its_shape_too():
+    e = np.arange(-5, 5, dtype=np.int8)
+    assert "(constant output)" in compare("vs x", e, np.full_like(e, 127), 0).reason
+    assert "(some elements)" in compare("vs x", e, np.where(e == 0, 1, e).astype(np.int8), 0).reason

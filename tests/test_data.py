@@ -43,3 +43,52 @@ def test_a_smaller_geometry_crops_the_originals_weights_input_and_calibration():
 def test_a_larger_geometry_cannot_keep_a_smaller_ones_data():
     with pytest.raises(ConfigError, match="cannot be cropped to the kernel shape"):
         case_weights(Case(BIG, "onnx", "f32", data_from=SMALL))
+
+
+ADVERSARIAL = Geometry(2, (9, 7), (3, 2), (1, 1), 6, 8, "valid")  # K = 36, every role of the float data
+
+
+def test_adversarial_cases_are_named_apart_seeded_apart_and_deterministic():
+    random, adversarial = Case(ADVERSARIAL, "onnx", "f32"), Case(ADVERSARIAL, "onnx", "f32", data="adversarial")
+    assert adversarial.name == random.name + "_adv"
+    assert adversarial.weight_seed != random.weight_seed and adversarial.seed != random.seed
+    for a, b in zip(case_weights(adversarial), case_weights(Case(ADVERSARIAL, "onnx", "f32", data="adversarial"))):
+        assert np.array_equal(a, b)
+    assert np.array_equal(make_input(adversarial), make_input(replace(adversarial)))
+    with pytest.raises(ConfigError, match="must be one of random, adversarial"):
+        Case(ADVERSARIAL, "onnx", "f32", data="nasty")
+
+
+def test_adversarial_float_data_cancels_drifts_and_dominates():
+    from pipeline.space.data import ADVERSARIAL_OFFSET, DOMINANT_BIAS
+
+    case = Case(ADVERSARIAL, "tflite", "f32", data="adversarial")
+    kernel, bias = case_weights(case)
+    w = kernel.reshape(8, -1).astype(np.float64)
+    x = make_input(case)
+    assert abs(x.mean() - ADVERSARIAL_OFFSET) < 0.01 and np.ptp(x) <= 1 / 8
+    for o in range(8):
+        role = o % 4
+        if role == 0:  # zero-sum: the offset cancels
+            assert abs(w[o].sum()) < 1e-6 and (w[o] > 0).any() and (w[o] < 0).any()
+        elif role == 1:  # non-negative, and a bias that cancels the offset's sum
+            assert (w[o] >= 0).all() and bias[o] == pytest.approx(-w[o].sum(), rel=1e-6)
+        elif role == 2:
+            assert abs(bias[o]) == DOMINANT_BIAS
+    bf16 = make_input(Case(ADVERSARIAL, "onnx", "bf16", data="adversarial"))
+    assert bf16.dtype.name == "bfloat16"
+
+
+def test_adversarial_int8_data_sits_at_the_extremes_with_an_extreme_zero_point():
+    case = Case(ADVERSARIAL, "tflite", "w8i8", data="adversarial")
+    x = make_input(case)
+    assert x.dtype == np.int8 and set(np.unique(x)) == {-128, 127}
+    assert 0.6 < (x == 127).mean() < 0.9
+    kernel, _ = case_weights(case)
+    w = kernel.reshape(8, -1)
+    assert (w[0] == w[0, 0]).all() and w[0, 0] > 0  # every weight at +max: the largest |acc|
+    assert np.allclose(np.abs(w[1]), w[0, 0])  # +-max
+    samples = calibration_samples(case)
+    values = set(np.unique(np.concatenate([s.ravel() for s in samples])))
+    assert values in ({0.0, 1.0}, {-1.0, 0.0})  # zero point -128 or 127
+

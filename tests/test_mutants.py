@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.dev import detection
 from pipeline.dev.mutants import MUTANTS, NotApplicable, mutate
-from pipeline.space.cases import VARIANTS
+from pipeline.space.cases import MODEL_FILE, VARIANTS
 
 # K = 4 x 3 x 3 = 36; 8 output channels: every role of the adversarial float data
 GEOMETRY = {"rank": 2, "spatial": [7, 6], "kernel": [3, 3], "stride": [1, 1], "c_in": 4, "c_out": 8}
@@ -23,6 +23,10 @@ def sweeps(tmp_path_factory):
     cfg = Config.from_env(detection._env(out, CONV_SWEEP_TARGET="llvm-cpu", CONV_SWEEP_BUILD_DIR=out / "probe"))
     compiler = cfg.targets[0].compiler
     results = {}
+    build = out / "random"  # the same geometry with random data first, in the same store
+    rc = detection._sweep(detection._env(out, CONV_SWEEP_TARGET="llvm-cpu", CONV_SWEEP_BUILD_DIR=build),
+                          out / "random.log")
+    results["random"] = (rc, detection._results(build, "llvm-cpu"), out / "random.log")
     for mutant in ("clean", *MUTANTS):
         extra = {} if mutant == "clean" else {
             "CONV_SWEEP_IREE_COMPILE": detection._wrapper(out, mutant, compiler),
@@ -37,6 +41,13 @@ def sweeps(tmp_path_factory):
 def test_one_adversarial_case_per_flavor_passes_on_llvm_cpu(sweeps):
     rc, results, log = sweeps["clean"]
     assert rc == 0, log.read_text()[-3000:]
+    # the data mode is in the model's store key: the random sweep's models are not reused
+    assert sweeps["random"][0] == 0 and not set(sweeps["random"][1]) & set(results)
+    assert "from the store: model" not in log.read_text()
+    for name in results:
+        model = log.parent / "clean" / "cases" / name / MODEL_FILE[name.split("_")[1]]
+        random_model = log.parent / "random" / "cases" / name.removesuffix("_adv") / model.name
+        assert model.read_bytes() != random_model.read_bytes()
     assert sorted("_".join(name.split("_")[1:3]) for name in results) == sorted(VARIANTS)
     assert all(name.endswith("_adv") for name in results)
     assert {r["status"] for r in results.values()} == {"pass"}

@@ -101,3 +101,18 @@ def test_an_unlisted_timeout_is_red_and_says_timeout():
     # judged again (the list changed): the outcome is kept
     listed = Case(G, "tflite", "f32", expected=Expectation("conv_*", "compile", "compile: timeout"))
     assert judge(listed, judged).status == XFAIL
+
+
+def test_a_listed_numeric_failure_whose_shape_changes_is_changed():
+    """The same check failing with a few wrong elements is the listed failure; the same check
+    failing with NaN everywhere, or all zeros, is not."""
+    listed = "verify: vs onnxruntime [some elements]: elements outside tolerance"
+    case = _case("verify", listed)
+    same = judge(case, _result(case, FAIL, "verify", "vs onnxruntime: 3 of 90 elements outside tolerance "
+                                                    "(some elements); max abs error 0.1"))
+    assert same.status == XFAIL
+    for shape in ("non-finite output", "all-zero output"):
+        worse = judge(case, _result(case, FAIL, "verify", f"vs onnxruntime: 90 of 90 elements outside tolerance "
+                                                         f"({shape}); max abs error inf"))
+        assert worse.status == CHANGED
+        assert worse.notes["observed_bucket"] == f"verify: vs onnxruntime [{shape}]: elements outside tolerance"
