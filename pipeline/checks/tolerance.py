@@ -209,15 +209,6 @@ def separate_bias_term(bias_free: np.ndarray, k: int, t: float, b: float, mu: fl
     return bf16_ulp(np.abs(np.asarray(bias_free, dtype=np.float64)) + a) / 2.0
 
 
-INT32_MAX = 2 ** 31 - 1
-INT8_INPUT_SPAN, INT8_WEIGHT_MAX = 255, 127  # |x - zero point| <= 255; symmetric int8 weights, |w| <= 127
-
-
-def int8_accumulator_bound(k: int) -> int:
-    """The largest |sum (x - zp) w| of K int8 products, before the bias."""
-    return k * INT8_INPUT_SPAN * INT8_WEIGHT_MAX
-
-
 def padded_space_to_depth(geometry, backend: str) -> bool:
     """Whether torq-compile rewrites this conv as a stride-1 conv over a padded space-to-depth
     input, which adds the bias separately (see the module docstring)."""

@@ -23,6 +23,7 @@ from pipeline.core.chain import MLIR, VMFB
 from pipeline.checks.compare import Comparison, compare, write_check
 from pipeline.targets.compiler import PROFILE, check_vmfb, estimated_time
 from pipeline.space.data import make_input
+from pipeline.space.refusal import INT32_MAX
 from pipeline.core.errors import StageError
 from pipeline.core.isolate import call
 from pipeline.outcome.result import COMPILED, FAIL, PASS, Result, read_all_stages
@@ -112,7 +113,7 @@ def single_round_expected(case: Case, weights: oracle.ModelWeights, refs: dict) 
     or the prediction cannot be trusted: that is a harness error, raised."""
     multipliers = weights.input_scale * np.asarray(weights.weight_scales) / weights.output_scale
     acc = refs["accumulators"]
-    if acc.size and int(np.abs(acc).max()) > tolerance.INT32_MAX:
+    if acc.size and int(np.abs(acc).max()) > INT32_MAX:
         raise RuntimeError(f"an int32 accumulator overflows (|acc| up to {int(np.abs(acc).max())}): "
                            "the integer model cannot be trusted")
     double, single = tolerance.requantized(acc, multipliers, _channel_axis(case), weights.output_zero_point)
