@@ -365,3 +365,19 @@ def test_benchmark_switch_reruns_only_verify(other_targets):
     back = doit("-n", "2", "-r", "json", "sweep", env=env)
     assert len([n for n in executed(back) if not n.endswith("@torq")]) == 20
     assert all(r["perf"]["execution"]["repetitions"] == 5 for r in results(build, "vmvx").values())
+
+
+def test_refused_names_a_w8i8_case_whose_int32_accumulator_could_overflow(tmp_path):
+    """K = 66,312 x 1 x 1: 255 x 127 x K passes 2**31 - 1. Only the w8i8 case is refused, and
+    `doit refused` says why; nothing is built."""
+    spec = write_spec(tmp_path / "spec.json", [{"rank": 2, "spatial": [1, 1], "kernel": [1, 1], "stride": [1, 1],
+                                               "c_in": 66_312, "c_out": 1}])
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_SPEC=spec)
+    run = doit("refused", env=env)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.startswith("conv_")]
+    assert len(lines) == 1 and lines[0].startswith("conv_tflite_w8i8_"), run.stdout
+    assert "int32 accumulator could overflow" in lines[0] and "66,311" in lines[0]
+    listed = doit("list", "--all", env=env)
+    assert "verify:conv_tflite_w8i8_" not in listed.stdout and "verify:conv_tflite_f32_" in listed.stdout
+    assert not (tmp_path / "build" / "cases").exists()
