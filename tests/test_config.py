@@ -123,7 +123,7 @@ def test_a_budget_replaces_the_profiles_and_a_bad_one_is_named(tmp_path):
 def test_a_variable_that_is_no_knob_is_refused_naming_the_closest_knob(tmp_path):
     for env, problem in [({"CONV_SWEEP_TARGT": "torq"}, "is not a knob; did you mean CONV_SWEEP_TARGET?"),
                          ({"CONV_SWEEP_build_dir": "b"}, "is not a knob; did you mean CONV_SWEEP_BUILD_DIR?"),
-                         ({"CONV_SWEEP_DATA": "adversarial"}, "is not a knob"),  # nothing close
+                         ({"CONV_SWEEP_COLOUR": "red"}, "is not a knob"),  # nothing close
                          ({"CONV_SWEEP_TIMOUT": "9", "CONV_SWEEP_N": "ten"}, "is not a knob; did you mean "
                                                                              "CONV_SWEEP_TIMEOUT?")]:  # before N
         with pytest.raises(ConfigError) as err:
