@@ -33,28 +33,24 @@ class Comparison:
 
 
 # The coarse shape of a failure, from the worst to the mildest (the first that applies): what the
-# output as a whole looks like, then how many of its elements are wrong. The same compiler on
-# the same case and data gives the same shape, so it is part of the failure's bucket.
-SHAPES = (
-    ("non-finite output", "a NaN or an infinity in the output"),
-    ("all-zero output", "every element is 0, where the expected output is not"),
-    ("constant output", "every element has one value, where the expected output does not"),
-    ("every element", "every element is outside its tolerance"),
-    ("some elements", "some elements are outside their tolerance, not all"),
-)
+# output as a whole looks like (a NaN or an infinity in it; every element 0, or every element
+# one value, where the expected output is not), then whether every element or only some are
+# outside tolerance. The same compiler on the same case and data gives the same shape, so it is
+# part of the failure's bucket.
+SHAPES = ("non-finite output", "all-zero output", "constant output", "every element", "some elements")
 
 
 def failure_shape(expected: np.ndarray, actual: np.ndarray, mismatches: int) -> str:
-    """The first of SHAPES that describes a failed comparison (`mismatches` > 0)."""
+    """The first of SHAPES that describes a failed comparison (`mismatches` > 0) of two arrays
+    of one shape."""
     e, a = _as_float(expected), _as_float(actual)
     if not np.isfinite(a).all():
-        return SHAPES[0][0]
-    if a.size > 1 or (a.size == 1 and e.size == 1):
-        if not a.any() and e.any():
-            return SHAPES[1][0]
-        if a.size > 1 and (a == a.flat[0]).all() and not (e == e.flat[0]).all():
-            return SHAPES[2][0]
-    return SHAPES[3][0] if mismatches == a.size else SHAPES[4][0]
+        return SHAPES[0]
+    if a.size and not a.any() and e.any():
+        return SHAPES[1]
+    if a.size > 1 and (a == a.flat[0]).all() and not (e == e.flat[0]).all():
+        return SHAPES[2]
+    return SHAPES[3] if mismatches == a.size else SHAPES[4]
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:

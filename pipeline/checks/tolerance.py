@@ -21,9 +21,10 @@ K**2 r**2 / 2 + D, with the drift term
     D = sum_k (|b| + k mu)**2 = K b**2 + |b| mu K (K + 1) + mu**2 K (K + 1) (2K + 1) / 6,
 so one implementation's error has a standard deviation of at most
     sigma = u * sqrt(K**2 r**2 / 2 + D) / sqrt(3).
-q and mu are the sample moments of the data the case runs on.  For zero-mean uniform data,
-r = t / sqrt(3) and the sample means are small: the bound is tighter than the zero-mean bound
-with t (K**2 t**2 / 2 + K b**2) on every case of the default sweep.  Data whose products share
+q and mu are the sample moments of the data the case runs on.  r <= t always; for zero-mean
+uniform data r = t / sqrt(3) and the sample means are small, so the bound is tighter than the
+zero-mean bound with t, K**2 t**2 / 2 + K b**2 (measured on the default sweep:
+docs/measurements.md).  Data whose products share
 a sign (x >= 0 and w >= 0) make the partial sums grow like k mu, and D grows like K**3 mu**2:
 the drift term keeps the bound sound for them.  Comparing two f32 implementations (IREE and an
 f32 oracle), the errors add in quadrature, and each rounds its final output once more (u |e|):
@@ -176,14 +177,21 @@ def bf16_terms(k: int, t: float, b: float, mu: float = 0.0) -> tuple[float, floa
     return a * (1.0 + step), step * (1.0 + U_BF16)
 
 
-def hybrid_tolerance(expected: np.ndarray, kernel: np.ndarray, max_x: float, k: int, t: float, b: float,
-                     channel_axis: int, mu: float = 0.0) -> np.ndarray:
-    """w8if32 against TFLite's hybrid kernel, which quantizes activations on the fly."""
+def activation_quantization(expected: np.ndarray, kernel: np.ndarray, max_x: float, channel_axis: int) -> np.ndarray:
+    """What TFLite's hybrid kernel's on-the-fly quantization of the activations may add, per
+    output channel: (s_x / 2) sum |W_o|, s_x = max|x| / 127, shaped to broadcast against `expected`."""
     step = max_x / 127.0
     per_channel = step / 2.0 * np.abs(kernel).reshape(kernel.shape[0], -1).sum(axis=1)
     shape = [1] * np.ndim(expected)
     shape[channel_axis] = -1
-    return per_channel.reshape(shape) + f32_tolerance(expected, k, t, b, implementations=2, mu=mu)
+    return per_channel.reshape(shape)
+
+
+def hybrid_tolerance(expected: np.ndarray, kernel: np.ndarray, max_x: float, k: int, t: float, b: float,
+                     channel_axis: int, mu: float = 0.0, implementations: int = 2) -> np.ndarray:
+    """w8if32 against TFLite's hybrid kernel (n = 2; the hybrid kernel against the exact conv: n = 1)."""
+    return (activation_quantization(expected, kernel, max_x, channel_axis)
+            + f32_tolerance(expected, k, t, b, implementations=implementations, mu=mu))
 
 
 def bf16_conversion(k: int, t: float, b: float) -> float:

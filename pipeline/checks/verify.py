@@ -135,9 +135,7 @@ def oracle_vs_float64(case: Case, weights: oracle.ModelWeights, x: np.ndarray, r
     terms = _terms(case, weights, x, refs)
     if case.flavor == "w8if32":
         bound = tolerance.hybrid_tolerance(reference, weights.kernel, terms.max_x, terms.k, terms.r, terms.b, -1,
-                                           terms.mu) - tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b,
-                                                                               2, terms.mu) \
-            + tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b, 1, terms.mu)
+                                           terms.mu, implementations=1)
     else:
         bound = tolerance.f32_tolerance(reference, terms.k, terms.r, terms.b, 1, terms.mu)
     return compare("oracle vs float64 conv", reference, refs["expected"].astype(np.float64), bound)
@@ -169,8 +167,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
                                   wide, tolerance.converted_tolerance(exact, k, t, b, 1, mu, bias_step, r=r)))
             if oracle_off:
                 return checks
-            hybrid = tolerance.hybrid_tolerance(expected, weights.kernel, max_x, k, r, b, -1, mu) \
-                - tolerance.f32_tolerance(expected, k, r, b, 2, mu)  # the activation quantization's own bound
+            hybrid = tolerance.activation_quantization(expected, weights.kernel, max_x, -1)
             checks.append(compare("vs TFLite hybrid kernel (activation quantization + bf16 conversion bound)",
                                   expected, actual.astype(expected.dtype),
                                   tolerance.converted_tolerance(expected, k, t, b, 2, mu, bias_step, hybrid, r)))

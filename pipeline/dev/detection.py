@@ -66,7 +66,7 @@ def _results(build: Path, folder: str) -> dict[str, dict]:
     return out
 
 
-def _old_bf16_verdict(case_dir: Path, model_dir: Path, name: str) -> bool | None:
+def _old_bf16_verdict(case_dir: Path, model_dir: Path) -> bool | None:
     """ONNX bf16 against the bound before 2026-12-05: ulp_bf16(|e|) + A, e the bf16-rounded reference."""
     import ml_dtypes
     import numpy as np
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 cell[0] += caught
                 cell[1] += 1
                 if flavor == "onnx_bf16":
-                    verdict = _old_bf16_verdict(build / "cases" / name / folder, build / "cases" / name, name)
+                    verdict = _old_bf16_verdict(build / "cases" / name / folder, build / "cases" / name)
                     if verdict is not None:
                         old_cell = old[(data, mutant, category)]
                         old_cell[0] += not verdict
