@@ -193,3 +193,31 @@ def test_torq_w8i8_with_a_separate_bias_add_is_bit_exact_against_tflite(tmp_path
     result = read_result(cfg.case_dir(case))
     assert result["status"] in ("pass", "fail") and list(result["metrics"]) == ["vs TFLite reference kernels (bit-exact)"]
     assert "int8_allowance_used" not in result["notes"] and "separate ADD" in result["notes"]["single_round_model"]
+
+
+def test_an_oracle_off_its_float64_bound_is_replaced_by_the_float64_conv():
+    """TFLite f32 whose oracle output is off the float64 conv of the model's weights beyond one
+    implementation's bound: the check against it gives way to the check against float64, which
+    still fails a module that is wrong; an oracle within its bound is checked as before."""
+    from pipeline.checks.oracle import drift, rms_product
+    from pipeline.checks.reference import conv_nchw, to_channels_first, to_channels_last
+
+    g = Geometry(2, (6, 5), (3, 3), (1, 1), 4, 8)
+    case = Case(g, "tflite", "f32")
+    rng = np.random.default_rng(3)
+    kernel, bias = rng.uniform(-0.3, 0.3, (8, 4, 3, 3)), rng.uniform(-0.5, 0.5, 8)
+    x = rng.uniform(-1, 1, (1, 6, 5, 4)).astype(np.float32)
+    exact = to_channels_last(conv_nchw(to_channels_first(x), kernel, bias, g))
+    weights = ModelWeights(kernel, bias, False)
+    refs = {"weights": weights, "float64": exact, "drift": drift(kernel, x), "rms_product": rms_product(kernel, x)}
+    good = exact.astype(np.float32)
+    agreeing = comparisons(case, weights, x, {**refs, "expected": good}, good)
+    assert [c.name for c in agreeing] == ["vs TFLite interpreter"] and agreeing[0].passed
+    off = good.copy()
+    off[..., 1] -= 5.0  # the oracle drops the sum of one channel
+    replaced = comparisons(case, weights, x, {**refs, "expected": off}, good)
+    assert [c.name for c in replaced] == ["vs float64 conv"] and replaced[0].passed
+    wrong = good.copy()
+    wrong[0, 0, 0, 0] += 0.01
+    assert not comparisons(case, weights, x, {**refs, "expected": off}, wrong)[0].passed
+    assert not verify_module.oracle_vs_float64(case, weights, x, {**refs, "expected": off}).passed
