@@ -23,7 +23,7 @@ def _bad_values(tmp):
         "CONV_SWEEP_TARGETS_FILE": str(tmp / "no-such.json"), "CONV_SWEEP_TOOLCHAIN_DIR": str(a_file / "toolchain"),
         "CONV_SWEEP_COMPILE_FLAGS": "--a 'unclosed", "CONV_SWEEP_IREE_COMPILE": "/nonexistent/iree-compile",
         "CONV_SWEEP_TIMEOUT": "-1", "CONV_SWEEP_CACHE_DIR": str(a_file / "store"), "CONV_SWEEP_TIMEOUTS": "sometimes",
-        "CONV_SWEEP_PROFILE": "huge", "CONV_SWEEP_SPEC": str(tmp / "no-spec.json"), "CONV_SWEEP_COMPILE_ONLY": "onnx_int4",
+        "CONV_SWEEP_PROFILE": "huge", "CONV_SWEEP_SPEC": str(tmp / "no-spec.json"), "CONV_SWEEP_INCLUDE": str(tmp / "no-found.json"), "CONV_SWEEP_COMPILE_ONLY": "onnx_int4",
         "CONV_SWEEP_SCHEDULER": "local:x", "CONV_SWEEP_ARTIFACTS": "sometimes", "CONV_SWEEP_SHARD": "3/2",
         "CONV_SWEEP_BENCHMARK": "yes", "CONV_SWEEP_EXPECTED_FAILURES": str(tmp / "no-list.json"),
         "CONV_SWEEP_BUDGET": "compile=soon", "CONV_SWEEP_TOOL_FILES": str(tmp / "no-such-file"),

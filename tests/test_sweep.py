@@ -3,6 +3,8 @@ import json
 import pytest
 
 from pipeline.core.errors import ConfigError
+from pipeline.space.geometry import Geometry
+from pipeline.space.refusal import UNPADDED_EXPORT, refusal
 from pipeline.space.sweep import DEFAULT_CATEGORIES, Category, SweepSpec, load_spec
 
 # The first geometry of each default category: the same cases as the suite this replaced.
@@ -206,3 +208,27 @@ def test_load_spec_new_geometry_fields_are_checked(tmp_path, extra, field):
     with pytest.raises(ConfigError) as err:
         load_spec(path)
     assert field in err.value.field
+
+
+def test_onnx_refuses_a_window_past_the_unpadded_input():
+    # SAME padding lets the window pass the input; torch exports the conv unpadded (pads set after)
+    g = Geometry(1, (2,), (3,), (1,), 3, 6, "same", (2,))
+    assert refusal(g, "onnx", "f32") == UNPADDED_EXPORT
+    assert refusal(g, "tflite", "f32") is None  # TF pads it
+    assert refusal(Geometry(1, (5,), (3,), (1,), 3, 6, "same", (2,)), "onnx", "bf16") is None
+
+
+def test_include_adds_a_spec_files_geometries_to_the_profile(tmp_path):
+    from pipeline.config import Config
+    from helpers import clean_env
+
+    (tmp_path / "found.json").write_text(json.dumps({"geometries": [
+        {"category": "hunt_edge", "rank": 1, "spatial": [9], "kernel": [2], "stride": [3], "c_in": 3, "c_out": 2}]}))
+    cfg = Config.from_env(clean_env(CONV_SWEEP_N=1, CONV_SWEEP_INCLUDE=tmp_path / "found.json",
+                                    CONV_SWEEP_BUILD_DIR=tmp_path / "b"))
+    assert len(cfg.sampled) == 6 and cfg.sampled[-1][0] == "hunt_edge"
+    assert "conv_onnx_f32_w9_h1_f2_k2_c3_r1_s1x3_pvalid" in {c.name for c in cfg.cases()}
+    (tmp_path / "bad.json").write_text(json.dumps({"geometries": [{"rank": 1, "spatial": [9]}]}))
+    with pytest.raises(ConfigError) as err:
+        Config.from_env(clean_env(CONV_SWEEP_INCLUDE=tmp_path / "bad.json", CONV_SWEEP_BUILD_DIR=tmp_path / "b"))
+    assert "CONV_SWEEP_INCLUDE" in str(err.value) and "kernel" in str(err.value)

@@ -196,10 +196,10 @@ class SweepSpec:
 _CATEGORY_FIELDS = {f.name for f in fields(Category)}
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, knob: str = "CONV_SWEEP_SPEC") -> SweepSpec:
     """Read a JSON sweep spec: {"categories": [...], "geometries": [{"category": ..., ...}]}."""
-    where = f"CONV_SWEEP_SPEC ({path})"
-    data = load_json(path, "CONV_SWEEP_SPEC")
+    where = f"{knob} ({path})"
+    data = load_json(path, knob)
     if not isinstance(data, dict) or set(data) - {"categories", "geometries"}:
         raise ConfigError(where, data if not isinstance(data, dict) else sorted(data),
                           'must be an object with keys "categories" and/or "geometries"')
@@ -228,4 +228,18 @@ def load_spec(path: str | Path) -> SweepSpec:
     names = [c.name for c in categories]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.categories", names, "category names must be unique")
+    return SweepSpec(tuple(categories), tuple(geometries))
+
+
+def joined(spec: SweepSpec, included: list[tuple[str, SweepSpec]]) -> SweepSpec:
+    """`spec` with the categories and geometries of each included spec file (CONV_SWEEP_INCLUDE:
+    `doit hunt`'s found.json, say) after its own; a category name may not repeat."""
+    categories, geometries = list(spec.categories), list(spec.geometries)
+    for where, extra in included:
+        names = {c.name for c in categories}
+        for c in extra.categories:
+            if c.name in names:
+                raise ConfigError(f"{where}.categories", c.name, "repeats a category name of the sweep")
+        categories += extra.categories
+        geometries += extra.geometries
     return SweepSpec(tuple(categories), tuple(geometries))
