@@ -7,6 +7,7 @@ import math
 
 from pipeline.outcome.result import RED
 from pipeline.results.explorer import records as case_records, section
+from pipeline.results.region import describe as describe_region
 from pipeline.results.svg import Axis, Panel, Point, scatter_row, step_histogram, viridis
 from pipeline.space.cases import VARIANTS
 
@@ -190,8 +191,9 @@ def render(entries, cols, rows, groups, tools, refused=(), records=None) -> str:
         + "".join(f"<br>listed as: <code>{e(sig)}</code>" for sig in b.get("listed_as", []))
         + "".join(f'<br>issue: {_issue_link(i)}' for i in b.get("issues", [])) + "</td>"
         f"<td>{e(', '.join(f'{k} {v}' for k, v in b['statuses'].items()))}</td>"
-        f"<td>{'<br>'.join(e(x) for x in b['examples'])}</td></tr>" for b in groups) or \
-        "<tr><td colspan=4>no failures</td></tr>"
+        f"<td>{'<br>'.join(e(x) for x in b['examples'])}</td>"
+        f"<td>{e(describe_region(b['region'])) if b.get('region') else ''}</td></tr>" for b in groups) or \
+        "<tr><td colspan=5>no failures</td></tr>"
     failing = [x for x in entries if x["status"] in RED]
     failure_rows = "".join(
         f"<tr><td>{e(x['case'])}</td><td>{e(x['status'])}</td><td>{e(str(x['stage']))}</td>"
@@ -215,7 +217,10 @@ with another bucket: fails the run), xpass (listed, but passed: fails the run).<
 <p>Cases whose frontend (tf.keras and the TFLite converter, or torch) cannot build the geometry as one convolution.</p>
 <table class="buckets"><tr><th>cases</th><th>reason</th><th>examples</th></tr>{refused_rows}</table>
 <h2>Failure buckets</h2>
-<table class="buckets"><tr><th>cases</th><th>signature</th><th>statuses</th><th>examples</th></tr>{bucket_rows}</table>
+<p>Region: where a bucket lives, a short rule over geometry features that tells its cases from the passing
+ones, learned from two thirds of them, with its accuracy on the third held out; too thin where there are
+too few cases to say.</p>
+<table class="buckets"><tr><th>cases</th><th>signature</th><th>statuses</th><th>examples</th><th>region</th></tr>{bucket_rows}</table>
 <h2>Where cases fail</h2>
 {images}
 {performance}

@@ -16,6 +16,7 @@ from pipeline.space.cases import Case
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
 from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, read_result
+from pipeline.results.region import learn
 from pipeline.core.tools import write_text
 
 NOT_RUN = "not run"
@@ -65,6 +66,21 @@ def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
                                  if e["status"] == CHANGED}),
             "issues": sorted({e["issue"] for e in group if e.get("issue")})} for sig, group in groups.items()]
     return sorted(out, key=lambda b: (-b["count"], b["signature"]))
+
+
+def add_regions(groups: list[dict], entries: list[dict]) -> list[dict]:
+    """Give each bucket its "region": the rule of where it lives, learned from `entries`
+    (pipeline/results/region.py). A failure to learn is recorded in each region; it never
+    loses the report."""
+    try:
+        learned, failed = learn(entries, signature), None
+    except Exception as err:  # noqa: BLE001 - the report matters more than its rules
+        learned, failed = {}, {"status": "error", "why": f"{type(err).__name__}: {err}"}
+    for group in groups:
+        group["region"] = failed or learned.get(group["signature"]) or {
+            "status": "not learned", "why": "no case failing in a tool or check among the cases it is learned from "
+                                            "(harness errors are conv-sweep's own)"}
+    return groups
 
 
 # --- the summary table -------------------------------------------------------------------------
@@ -269,7 +285,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
 
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    groups = buckets(entries)
+    groups = add_regions(buckets(entries), entries)
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
                 "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),

@@ -33,6 +33,7 @@ from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
 from pipeline.outcome.result import read_result
+from pipeline.results.region import describe as describe_region, render_conjunction
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
@@ -197,10 +198,35 @@ def _slow(shrunk: dict | None, entries: list[dict]) -> tuple[dict, float] | None
     return {"stage": stage, "reason": reason}, threshold
 
 
+def region_section(region: dict | None) -> list[str]:
+    """report.md's lines on where the bucket lives (pipeline/results/region.py): the rule, its
+    conditions, its held-out figures and the cases it was learned from; or why there is none."""
+    lines = ["## Where this bucket lives", ""]
+    if not region:
+        return lines + ["Not learned.", ""]
+    if region.get("status") != "learned":
+        return lines + [f"{str(region.get('status', '')).capitalize()}: {region.get('why', '')}.", ""]
+    held, train, conditions = region["held_out"], region["train"], region["conditions"]
+    precision = "n/a" if held.get("precision") is None else f"{held['precision']:.2f}"
+    lines += [describe_region(region), "",
+              f"A shallow decision tree over geometry features (depth {region.get('depth', '?')}), learned from "
+              f"{train['cases']} cases ({train['positives']} of this bucket, the rest passing), reads as the rule: "
+              + ("a case is in the bucket when all of these hold:" if len(conditions) == 1
+                 else "a case is in the bucket when any of these holds:"), ""]
+    lines += [f"- {render_conjunction([c])}" for c in conditions[0]] if len(conditions) == 1 else \
+        [f"- {render_conjunction(c)}" for c in conditions]
+    lines += ["", f"On {held['cases']} cases held out of the learning ({held['positives']} of this bucket): "
+              f"accuracy {held['accuracy']:.2f}, recall {held['recall']:.2f}, precision {precision}. "
+              f"Of every case: {region['positives']} in this bucket, {region['negatives']} passing; cases of "
+              "other buckets are left out.", ""]
+    return lines
+
+
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
-                 folder: Path, versions: dict, findings: list[str] = (), sections: list[str] = ()) -> Path:
+                 folder: Path, versions: dict, findings: list[str] = (), sections: list[str] = (),
+                 region: dict | None = None) -> Path:
     """One bucket's folder: the minimal case's files, repro.sh, report.md (with `findings` first
-    and `sections` after what happened)."""
+    and `sections` after what happened; where the bucket lives from `region`, when given)."""
     from pipeline.run.repro import write_standalone
 
     shutil.rmtree(folder, ignore_errors=True)
@@ -264,6 +290,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
                                                                               for e in entries).items())), "",
               "| geometry | range |", "|---|---|", *_geometry_range(entries), "",
               "Examples: " + ", ".join(f"`{e['case']}`" for e in sorted(entries, key=lambda e: e["case"])[:5]), ""]
+    if region is not None:
+        lines += region_section(region)
     if shrunk:
         lines += ["## How the minimal case was found", "",
                   f"Shrunk from `{shrunk['original']['case']}` ({shrunk['original']['macs']:,} MACs) in "
@@ -289,19 +317,27 @@ def _count(items) -> dict:
     return dict(Counter(items))
 
 
+def _short(region: dict) -> str:
+    """index.md's region column: the rule, or its status."""
+    return region["rule"] if region.get("status") == "learned" else str(region.get("status"))
+
+
 def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,
-               keep_data: bool = False) -> list[Path]:
+               keep_data: bool = False, region_entries: list[dict] | None = None) -> list[Path]:
     """Write the bug reports of the selected buckets of every selected target; the report.md
-    paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py)."""
+    paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py).
+    Each bucket's region rule is learned from the target's entries of `region_entries` (e.g. with
+    cases evaluated elsewhere) when given, else from every case of the target in this run."""
     from dataclasses import replace
 
-    from pipeline.results.report import TOOL_FAILURES, by_target, collect, signature, tool_versions
+    from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature, tool_versions
     from pipeline.triage.culprit import examine, sections
     from pipeline.triage.shrink import shrink, tool_identity
 
     written = []
     for target, selected in by_target(cfg, cases):
-        entries = [{**e, "bucket": signature(e)} for e in collect(selected, cfg.case_dir) if e["status"] in TOOL_FAILURES]
+        every = collect(selected, cfg.case_dir)
+        entries = [{**e, "bucket": signature(e)} for e in every if e["status"] in TOOL_FAILURES]
         groups: dict[str, list[dict]] = {}
         for e in entries:
             groups.setdefault(e["bucket"], []).append(e)
@@ -309,6 +345,9 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
         if not chosen:
             log(f"{target.name}: no failures in this run: no bug reports")
             continue
+        learned_from = every if region_entries is None else \
+            [e for e in region_entries if e.get("target", target.name) == target.name]
+        regions = {g["signature"]: g["region"] for g in add_regions([{"signature": b} for b in chosen], learned_from)}
         identity = tool_identity(cfg, target)
         versions = tool_versions(cfg, target)
         root = cfg.layout.bugreports(target.name)
@@ -346,16 +385,18 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                                deadline, log) if budget > 0 else None
                 path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions,
                                     exam.findings if exam else (), sections(exam, summary, minimal, original)
-                                    if exam else ())
+                                    if exam else (), region=regions[bucket])
             else:
-                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions)
+                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions,
+                                    region=regions[bucket])
             written.append(path)
-            index.append(f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {len(members)} | {title(bucket, target.name)} |")
+            index.append(f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {len(members)} | {title(bucket, target.name)} "
+                         f"| {_cell(_short(regions[bucket]))} |")
             log(f"{target.name}: {path}")
         write_text(root / "index.md", "\n".join([f"# Bug reports: {target.name}", "",
                                                    f"{len(entries)} failing cases of this run in {len(groups)} buckets"
                                                    + (f"; {len(chosen)} reported here" if len(chosen) != len(groups) else "")
-                                                   + ".", "", "| bucket | cases | title |", "|---|---|---|",
+                                                   + ".", "", "| bucket | cases | title | region |", "|---|---|---|---|",
                                                    *index, ""]))
         log(f"{target.name}: {root / 'index.md'}")
     return written
