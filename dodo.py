@@ -86,6 +86,22 @@ def task_bugreport():
             "verbosity": 2, "uptodate": [False]}
 
 
+def task_hunt():
+    """Search for failure buckets the sweep misses (doit hunt --budget S --seed N): new ones are shrunk and reported; build/hunt/."""
+    params = [{"name": "budget", "long": "budget", "type": float, "default": 600,
+               "help": "wall-clock seconds of this hunt: the search takes 3/4, the new buckets' bug reports the rest "
+                       "(default 600)"},
+              {"name": "seed", "long": "seed", "type": int, "default": 0, "help": "the search's seed (default 0)"},
+              {"name": "strategy", "long": "strategy", "default": "hunt",
+               "help": "hunt (boundary values, the extended dimensions, moves near the cases found; default) or "
+                       "sample (further draws of the sweep's own categories: the baseline)"},
+              {"name": "lanes", "long": "lanes", "type": int, "default": 0,
+               "help": "cases run at once (default 0: one per core)"},
+              {"name": "flavors", "long": "flavors", "default": "",
+               "help": "only these flavors, e.g. onnx_f32,tflite_w8i8 (default: every flavor of each target)"}]
+    return {"actions": [(tasks.hunt, [RUN])], "params": params, "verbosity": 2, "uptodate": [False]}
+
+
 def task_bisect():
     """The first release on which a case or a bucket's smallest case fails (doit bisect CASE-OR-BUCKET --target T --versions A..B)."""
     params = [{"name": "target", "long": "target", "default": "",

@@ -256,6 +256,45 @@ def torq_rows(work: Path) -> dict:
     return rows
 
 
+def hunt_rows(work: Path, target: str, budget: float) -> dict:
+    """Opt-in (--hunt TARGET, it takes the budget): `doit hunt` against its baseline, `doit hunt
+    --strategy sample` (further draws of the sweep's own categories), side by side on one lane
+    each (one core each of the two), at the same budget, each from a cold store and an empty
+    build folder, with the target's checked-in expected failures: distinct new buckets, per
+    CPU-hour of search (its seconds x its lanes), and the ratio."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    runs, threads = {}, []
+    for strategy in ("hunt", "sample"):
+        build = work / f"hunt-{target.replace('@', '-')}-{strategy}"
+        env = {**base, "CONV_SWEEP_TARGET": target, "CONV_SWEEP_BUILD_DIR": str(build),
+               "CONV_SWEEP_CACHE_DIR": str(work / f"store-hunt-{target.replace('@', '-')}-{strategy}")}
+        argv = [sys.executable, "-m", "doit", "hunt", "--budget", f"{budget:g}", "--strategy", strategy, "--lanes", "1"]
+
+        def one(strategy=strategy, argv=argv, env=env, build=build):
+            measured = measure(argv, env)
+            (work / f"hunt-{strategy}.log").write_text(measured["stdout"] + measured["stderr"])
+            try:
+                summary = json.loads((build / "hunt" / "summary.json").read_text())
+            except (OSError, ValueError):
+                summary = {"new_buckets": [], "search_seconds": 0, "lanes": 1, "geometries": 0, "cases": 0}
+            hours = summary["search_seconds"] * summary["lanes"] / 3600
+            runs[strategy] = {"seconds": measured["seconds"], "returncode": measured["returncode"],
+                              "geometries": summary["geometries"], "cases": summary["cases"],
+                              "search_cpu_hours": round(hours, 3), "cpu_seconds": summary.get("cpu_seconds"),
+                              "new_buckets": [b["bucket"] for b in summary["new_buckets"]],
+                              "bugreports": len(summary.get("bugreports", {})),
+                              "per_cpu_hour": round(len(summary["new_buckets"]) / hours, 2) if hours else 0.0}
+
+        threads.append(threading.Thread(target=one))
+        threads[-1].start()
+    for thread in threads:
+        thread.join()
+    sampled = runs["sample"]["per_cpu_hour"]
+    runs["hunt / sample (new buckets per CPU-hour)"] = round(runs["hunt"]["per_cpu_hour"] / sampled, 2) if sampled \
+        else (float("inf") if runs["hunt"]["per_cpu_hour"] else None)
+    return runs
+
+
 def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
     """Cases cut at their predicted limit in one run whose tool ended by itself (passing, or
     failing with a message) under the fixed limits in the other."""
@@ -284,14 +323,15 @@ def table(figures: dict) -> str:
     for name, r in figures["runs"].items():
         lines.append(f"{name:48} {r['seconds']:9.2f} {r['peak_rss_mb']:12.0f} {r['executed_tasks']:10d} "
                      f"{r['returncode']:5d}")
-    tools = ", ".join(f"{k} {v:.1f}" for k, v in figures["intrinsic_tool_seconds"].items())
-    lines.append(f"intrinsic tool time ({figures['cases']} cases): {tools} s; "
-                 f"/ {CORES} cores = floor {figures['intrinsic_floor_seconds']:.1f} s")
-    if figures["full_sweep_artifacts"] < 1250:
-        lines.append(f"no-op full sweep: not measured, the default build folder holds "
-                     f"{figures['full_sweep_artifacts']} of 1250 results (run `doit -n 2 sweep` first)")
-    lines += [f"built, not taken from the store ({name}): " + ", ".join(f"{k} {v}" for k, v in counts.items())
-              for name, counts in figures.get("built_not_taken_from_the_store", {}).items()]
+    if "intrinsic_tool_seconds" in figures:  # not with --skip-sweeps
+        tools = ", ".join(f"{k} {v:.1f}" for k, v in figures["intrinsic_tool_seconds"].items())
+        lines.append(f"intrinsic tool time ({figures['cases']} cases): {tools} s; "
+                     f"/ {CORES} cores = floor {figures['intrinsic_floor_seconds']:.1f} s")
+        if figures["full_sweep_artifacts"] < 1250:
+            lines.append(f"no-op full sweep: not measured, the default build folder holds "
+                         f"{figures['full_sweep_artifacts']} of 1250 results (run `doit -n 2 sweep` first)")
+        lines += [f"built, not taken from the store ({name}): " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                  for name, counts in figures.get("built_not_taken_from_the_store", {}).items()]
     lines += [f"{k}: {v}" for k, v in figures["ratios"].items()]
     pairs = figures.get("cold_pairs", [])
     if len(pairs) > 1:
@@ -302,6 +342,15 @@ def table(figures: dict) -> str:
         for ratio in ("cold / floor", "dask / cold"):
             values = sorted(p[ratio] for p in pairs)
             lines.append(f"  {ratio}: median {statistics.median(values):.3f}, max {values[-1]:.3f}")
+    for target, rows in figures.get("hunt", {}).items():
+        for strategy in ("hunt", "sample"):
+            r = rows[strategy]
+            lines.append(f"doit hunt --strategy {strategy} on {target}: {len(r['new_buckets'])} new buckets in "
+                         f"{r['geometries']} geometries ({r['cases']} cases), {r['search_cpu_hours']:.2f} CPU-hours "
+                         f"of search: {r['per_cpu_hour']:.2f} per CPU-hour; {r['bugreports']} bug reports (exit "
+                         f"{r['returncode']})")
+            lines += [f"    {b[:150]}" for b in r["new_buckets"]]
+        lines.append(f"hunt / sample on {target} (new buckets per CPU-hour): {rows['hunt / sample (new buckets per CPU-hour)']}")
     for name, r in figures.get("torq", {}).items():
         if name == "false cuts":
             lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")
@@ -321,12 +370,18 @@ def main(argv=None) -> int:
                         help="cold doit -n 2 and Dask local:2 sweeps, side by side, this many times (default 1)")
     parser.add_argument("--torq-full", action="store_true",
                         help="also a cold full default sweep on torq, with predicted and with fixed limits (hours)")
+    parser.add_argument("--hunt", default="",
+                        help="targets (comma-separated) on which `doit hunt` and its baseline sampler run side by side")
+    parser.add_argument("--hunt-budget", type=float, default=3600, help="seconds of each of the two (default 3600)")
+    parser.add_argument("--skip-sweeps", action="store_true", help="only the opt-in rows (--hunt, --torq-full)")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs={args.pairs}: must be at least 1")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
     try:
-        figures = run(args.n, args.spec, work, args.pairs)
+        figures = {"runs": {}, "ratios": {}} if args.skip_sweeps else run(args.n, args.spec, work, args.pairs)
+        for target in filter(None, args.hunt.split(",")):
+            figures.setdefault("hunt", {})[target] = hunt_rows(work, target, args.hunt_budget)
         if args.torq_full:
             figures["torq"] = torq_rows(work)
     finally:

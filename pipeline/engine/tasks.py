@@ -470,3 +470,25 @@ def print_refused(run: Run):
     for r in refused:
         print(f"{r.name}  ({r.category}): {r.reason}")
     print(f"{len(refused)} cases not generated: their frontend refuses the geometry or their flavor cannot check it")
+
+
+def hunt(run: Run, budget, seed, strategy, lanes, flavors):
+    """`doit hunt`: a guided search for failure buckets the sweep misses (pipeline/triage/hunt.py),
+    its cases run on `lanes` lanes (default: the machine's cores)."""
+    from pipeline.engine.history import _envelopes, estimate
+    from pipeline.space.cases import parse_variants
+    from pipeline.triage.hunt import hunt
+
+    if lanes < 0:
+        return TaskFailed(f"conv-sweep: doit hunt --lanes={lanes}: must be a number of lanes >= 1 (0: the cores)")
+    try:
+        chosen = parse_variants(flavors, "doit hunt --flavors") if flavors else None
+        envelopes = {t.name: _envelopes(run.cfg, t.name) for t in run.cfg.targets}
+        summary = hunt(run.cfg, run.cases, budget, seed, strategy, lanes or os.cpu_count() or 1,
+                       estimate=lambda case: estimate(case, envelopes[case.target]), flavors=chosen)
+    except ConfigError as err:
+        return TaskFailed(f"conv-sweep: {err}")
+    print(f"conv-sweep: {len(summary['new_buckets'])} new buckets" + "".join(
+        f"\n  {b['target']}: {b['bucket']}  ({b['cases']} cases, first {b['first_case']})"
+        for b in summary["new_buckets"]))
+    return None

@@ -1,0 +1,509 @@
+"""`doit hunt`: a guided search for the failure buckets the sweep's sample misses.
+
+The sweep is a fixed sample of its categories. The hunt spends a time budget on geometries it
+chooses itself, each evaluated as ordinary cases (every flavor of every selected target),
+looking for buckets that are new: absent from the sweep's results in this build folder and
+from the target's expected failures.
+
+Where it looks (`--strategy hunt`, the default). Its space is the box of the run's categories
+(ranks, sizes, kernels, strides, channels), widened by the extended profile's dimensions
+(dilation up to 4, groups and depthwise, batch up to 4, SAME padding). Each geometry it
+evaluates is the best of a few candidates from three generators:
+
+- boundary: each dimension at one of its boundary values: sizes at 2^k - 1, 2^k, 2^k + 1 and
+  the range's ends, a kernel equal to the input, a stride larger than the kernel, one channel,
+  counts one off a lane width and the largest counts;
+- near a new bucket: one or two dimensions of a case in a bucket found by this hunt moved to a
+  neighbouring or boundary value, to find where the bucket ends (and to give its region rule
+  cases on both sides);
+- near any case: the same moves from any case evaluated, failing or passing.
+
+Candidates are ranked by how many pairs of coarse features (kernel class, stride against
+kernel, channel parity, dilation, groups, padding, ...) they cover that no case evaluated has
+covered yet (pairwise coverage), over the square root of their predicted cost: cheap
+geometries that combine dimensions in untried ways come first. `--strategy sample` is the
+baseline the hunt is measured against: further draws of the run's own categories, past the
+sweep's N, evaluated the same way.
+
+Why not Hypothesis: its search runs one example at a time (a geometry's cases here run on
+every lane at once), ends at the first failure of each exception origin and shrinks it there
+(a hunt wants every bucket, and the shrink here is `doit shrink`'s, per bucket and predicate),
+and has no wall-clock budget; its example database is what the journal below does for a
+resumed hunt.
+
+Cases stay normal cases. Every case is named as a sweep case (category hunt_<generator>), built
+by the sweep's own stage functions in the hunt's build folder (<build>/hunt/), so its model,
+MLIR and module are in the store; <build>/hunt/hunt.json is a spec file of every geometry
+evaluated, and found.json of those in new buckets: `CONV_SWEEP_INCLUDE=build/hunt/found.json
+doit sweep` adds them to the sweep, and `doit verify:<name>` then runs one of them.
+
+Resuming. Each finished case is appended to journal.jsonl once its result.json is written; a
+hunt started again in the same folder reads it and evaluates none of those cases again (a case
+cut off by the kill, without a journal line, runs again).
+
+The budget is the hunt's wall-clock seconds, over its resumes (the journal records the seconds
+spent at each case): the search starts no case after SEARCH_SHARE of it (cases running then
+finish, each within its time limits), and the rest goes to the new buckets' bug reports (pipeline/triage/bugreport.py: shrink, toggle flags, and the
+region rule learned from every case evaluated, the hunt's and the sweep's).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import resource
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pipeline.config import Config
+from pipeline.core.chain import TASKS
+from pipeline.core.errors import ConfigError
+from pipeline.core.tools import write_text
+from pipeline.results.report import TOOL_FAILURES, collect, signature, tool_versions, write_report
+from pipeline.space.cases import Case, make_cases
+from pipeline.space.geometry import Geometry, macs
+from pipeline.space.sweep import LANES, Category
+from pipeline.triage.shrink import buildable, dimensions, minimum, run_tasks, value, with_value
+
+STRATEGIES = ("hunt", "sample")
+SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get the rest
+CANDIDATES = 12  # candidates drawn per geometry chosen
+EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring near it
+EDGE_BONUS = 4  # pairs of features a move near a new bucket counts as, besides the ones it covers
+EXTENDED = {"dilation": 4, "batch": 4}  # the extended profile's widest dilation and batch
+# A failure there is this tool's model builder's (tf.keras, torch), not a compiler's: a geometry
+# its frontend cannot build belongs in pipeline/space/refusal.py; the hunt lists such cases
+# apart and counts no bucket of theirs as new.
+FRONTEND_STAGES = ("model",)
+JOURNAL, SPEC, FOUND, SUMMARY = "journal.jsonl", "hunt.json", "found.json", "summary.json"
+
+
+# --- the space -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Space:
+    """The box the hunt searches: the categories' ranges, per rank for the sizes."""
+
+    spatial: dict  # rank -> (lo, hi)
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    channels: tuple[int, int]
+
+    @classmethod
+    def of(cls, categories: tuple[Category, ...]) -> "Space":
+        if not categories:
+            raise ConfigError("doit hunt", "no categories", "the run's sweep has no categories to take its space from")
+        spatial: dict[int, tuple[int, int]] = {}
+        for c in categories:
+            lo, hi = spatial.get(c.rank, c.spatial)
+            spatial[c.rank] = (min(lo, c.spatial[0]), max(hi, c.spatial[1]))
+
+        def span(field):
+            return min(getattr(c, field)[0] for c in categories), max(getattr(c, field)[1] for c in categories)
+
+        return cls(spatial, span("kernel"), span("stride"), span("channels"))
+
+    def sizes(self, rank: int) -> list[int]:
+        lo, hi = self.spatial[rank]
+        near = {v for k in range(1, hi.bit_length() + 1) for v in ((1 << k) - 1, 1 << k, (1 << k) + 1)}
+        return sorted({lo, hi} | {v for v in near if lo <= v <= hi})
+
+    def channel_values(self) -> list[int]:
+        lo, hi = self.channels
+        near = {v for lane in LANES for v in (lane - 1, lane, lane + 1)}
+        return sorted({lo, hi, hi - 1, 1, 2, 3} & set(range(lo, hi + 1)) | {v for v in near if lo <= v <= hi})
+
+
+def boundary(rng: random.Random, space: Space) -> Geometry:
+    """A geometry with each dimension at one of its boundary values (sometimes anywhere in range)."""
+    rank = rng.choice(sorted(space.spatial))
+
+    def pick(values, lo, hi):
+        return rng.choice(values) if rng.random() < 0.75 else rng.randint(lo, hi)
+
+    klo, khi = space.kernel
+    kernel = tuple(pick(sorted({klo, min(klo + 1, khi), min(3, khi), khi}), klo, khi) for _ in range(rank))
+    if rng.random() < 0.5:
+        kernel = (kernel[0],) * rank
+    dilation = tuple(rng.randint(2, EXTENDED["dilation"]) if k > 1 and rng.random() < 0.2 else 1 for k in kernel)
+    window = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
+    slo, shi = space.spatial[rank]
+    spatial = tuple(w if rng.random() < 0.15 else max(w, pick(space.sizes(rank), slo, shi)) for w in window)
+    tlo, thi = space.stride
+    stride = tuple(pick(sorted({tlo, min(2, thi), min(k + 1, thi), thi}), tlo, thi) for k in kernel)
+    if rng.random() < 0.5:
+        stride = (stride[0],) * rank
+    channels = space.channel_values()
+    c_in, c_out = pick(channels, *space.channels), pick(channels, *space.channels)
+    groups, roll = 1, rng.random()
+    if roll < 0.12 and c_in > 1:  # depthwise
+        groups, c_out = c_in, c_in * rng.choice((1, 2))
+    elif roll < 0.24:  # grouped: a common divisor
+        common = [g for g in (2, 3, 4, 8) if c_in % g == 0 and c_out % g == 0 and c_in // g > 1]
+        groups = rng.choice(common) if common else 1
+    batch = rng.randint(2, EXTENDED["batch"]) if rng.random() < 0.15 else 1
+    padding = "same" if rng.random() < 0.3 else "valid"
+    return Geometry(rank, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch)
+
+
+def neighbour(rng: random.Random, g: Geometry, space: Space) -> Geometry:
+    """`g` with one or two dimensions moved: by one, doubled or halved, or to a boundary value;
+    or its padding switched."""
+    out = g
+    for _ in range(rng.choice((1, 1, 2))):
+        if rng.random() < 0.1:
+            out = replace(out, padding="same" if out.padding == "valid" else "valid")
+            continue
+        dim = rng.choice(dimensions(out))
+        v = value(out, dim)
+        bounds = _bounds(out, dim, space)
+        choices = {v - 1, v + 1, v * 2, max(v // 2, 1), *bounds}
+        if dim.startswith("stride"):
+            choices.add(value(out, "kernel" + dim[-1]) + 1)  # a stride larger than the kernel
+        if dim.startswith("spatial"):
+            choices.add(out.window[int(dim[-1])])  # the kernel's window equal to the input
+        lo, hi = _range(out, dim, space)
+        choices = sorted(c for c in choices if lo <= c <= hi and c != v)
+        if choices:
+            out = with_value(out, dim, rng.choice(choices))
+    return out
+
+
+def _range(g: Geometry, dim: str, space: Space) -> tuple[int, int]:
+    base = dim.rstrip("0123456789")
+    if base == "spatial":
+        return minimum(g, dim), space.spatial[g.rank][1]
+    if base in ("kernel", "stride"):
+        return getattr(space, base)
+    if base == "dilation":
+        return 1, EXTENDED["dilation"]
+    if base == "batch":
+        return 1, EXTENDED["batch"]
+    if base == "groups":
+        return 1, max(space.channels[1] // max(value(g, "c_in_per_group"), value(g, "c_out_per_group")), 1)
+    return 1, max(space.channels[1] // g.groups, 1)  # channels per group
+
+
+def _bounds(g: Geometry, dim: str, space: Space) -> set[int]:
+    base = dim.rstrip("0123456789")
+    if base == "spatial":
+        return set(space.sizes(g.rank))
+    if base in ("c_in_per_group", "c_out_per_group"):
+        return {v // g.groups for v in space.channel_values() if v % g.groups == 0}
+    return set(_range(g, dim, space))
+
+
+# --- coverage: pairs of coarse features ---------------------------------------------------------
+
+def coarse(g: Geometry) -> dict[str, str]:
+    """A geometry's classes: what makes two geometries alike to a compiler's special cases."""
+    (h, w), (kh, kw), (sh, sw) = g.hw, g.khw, g.shw
+
+    def kernel_class(k, n):
+        return "1" if k == 1 else "input" if k == n else "small" if k <= 3 else "large"
+
+    def stride_class(s, k):
+        return "1" if s == 1 else "<k" if s < k else "=k" if s == k else ">k"
+
+    def count_class(c):
+        return "1" if c == 1 else "pow2" if c & (c - 1) == 0 else "lane±1" if any(abs(c - l) == 1 for l in LANES) \
+            else "odd" if c % 2 else "even"
+
+    def size_class(n):
+        return "pow2" if n & (n - 1) == 0 else "pow2±1" if (n - 1) & (n - 2) == 0 or (n + 1) & n == 0 else "other"
+
+    return {"rank": str(g.rank), "kw": kernel_class(kw, w), "kh": kernel_class(kh, h),
+            "square": str(kh == kw), "sw": stride_class(sw, kw), "sh": stride_class(sh, kh),
+            "c_in": count_class(g.c_in), "c_out": count_class(g.c_out), "w": size_class(w),
+            "dilation": str(g.dhw != (1, 1)), "groups": "depthwise" if g.depthwise else "grouped" if g.groups > 1
+            else "none", "batch": str(g.batch > 1), "padding": g.padding}
+
+
+def pairs(g: Geometry) -> set[tuple]:
+    items = sorted(coarse(g).items())
+    return {(a, b) for i, a in enumerate(items) for b in items[i + 1:]}
+
+
+# --- the hunt ------------------------------------------------------------------------------------
+
+@dataclass
+class Found:
+    """A new bucket: its target, its cases so far, the first one."""
+
+    target: str
+    bucket: str
+    first: str
+    cases: list  # case names
+    geometries: list  # their geometries
+
+
+class Hunt:
+    """The search's state: what was evaluated (from the journal too), what is covered, what is new."""
+
+    def __init__(self, cfg: Config, hunt_cfg: Config, cases: list[Case], strategy: str, seed: int,
+                 estimate, flavors: frozenset[str] | None, log=print):
+        self.cfg, self.hunt_cfg, self.strategy, self.log = cfg, hunt_cfg, strategy, log
+        self.folder = hunt_cfg.build_dir
+        self.estimate = estimate  # case -> predicted seconds of its chain
+        self.flavors = flavors
+        self.space = Space.of(cfg.spec.categories)
+        self.swept = {g for _, g in cfg.sampled}
+        self.known = known_buckets(cfg, cases)
+        self.entries: dict[str, dict] = {}  # case key -> journal entry
+        self.geometries: dict[Geometry, str] = {}  # geometry -> its generator
+        self.covered: set = set()
+        self.found: dict[tuple[str, str], Found] = {}
+        self.frontend: dict[str, str] = {}  # case -> bucket of a failure in this tool's frontends
+        self.spent = 0.0  # seconds of search the journal's hunts spent (the budget is the hunt's, over resumes)
+        self.lock = threading.Lock()
+        self._resume()
+        self.rng = random.Random(seed * 1_000_003 + len(self.entries))
+        self.drawn = {c.name: 0 for c in cfg.spec.categories}  # sample strategy: draws past N per category
+
+    # the journal
+    def _resume(self) -> None:
+        path = self.folder / JOURNAL
+        if not path.is_file():
+            return
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+                geometry = Geometry.from_dict(entry["geometry"])
+            except (ValueError, KeyError, TypeError, ConfigError):
+                continue  # a line torn by a kill: its case runs again
+            self._record(entry, geometry, quiet=True)
+            self.spent = max(self.spent, float(entry.get("elapsed", 0.0)))
+        if self.entries:
+            self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
+                     f"{path}, not evaluated again; {self.spent:.0f} s of the budget spent")
+
+    def _record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
+        with self.lock:
+            self.entries[entry["key"]] = entry
+            self.geometries.setdefault(geometry, entry.get("source", ""))
+            self.covered |= pairs(geometry)
+            bucket = entry.get("bucket")
+            if not bucket or (entry["target"], bucket) in self.known:
+                return
+            if entry.get("stage") in FRONTEND_STAGES:  # this tool's model builders, not the target's tools
+                self.frontend[entry["case"]] = bucket
+                return
+            found = self.found.get((entry["target"], bucket))
+            if found is None:
+                found = self.found[(entry["target"], bucket)] = Found(entry["target"], bucket, entry["case"], [], [])
+                if not quiet:
+                    self.log(f"hunt: NEW bucket on {entry['target']} ({len(self.found)} so far): {bucket}\n"
+                             f"      first case: {entry['case']}")
+            found.cases.append(entry["case"])
+            found.geometries.append(geometry)
+
+    # choosing the next geometry
+    def cases_of(self, g: Geometry, source: str) -> list[Case]:
+        out = []
+        for target in self.cfg.targets:
+            flavors = [v for v in target.profile.flavors if self.flavors is None or v in self.flavors]
+            out += make_cases([(f"hunt_{source}", g)], self.cfg.compile_only, (), target.name, tuple(flavors),
+                              self.cfg.data)
+        return out
+
+    def _usable(self, g: Geometry) -> bool:
+        if g in self.geometries or g in self.swept:
+            return False
+        try:
+            g.validate()
+        except ConfigError:
+            return False
+        return any(buildable(g, c.backend, c.flavor) for c in self.cases_of(g, "x"))
+
+    def propose(self) -> tuple[Geometry, str] | None:
+        """The next geometry and its generator, or None when none can be found."""
+        if self.strategy == "sample":
+            return self._sample()
+        candidates = []
+        # a new bucket is explored near its cases until it has EDGE_CASES of them (its edge, and
+        # cases on both sides for its region rule), then the search moves on
+        new = [f for f in self.found.values() if len(f.cases) < EDGE_CASES]
+        evaluated = list(self.geometries)
+        for attempt in range(CANDIDATES * 20):
+            if len(candidates) >= CANDIDATES:
+                break
+            roll = self.rng.random()
+            if new and roll < 0.3:
+                g, source = neighbour(self.rng, self.rng.choice(self.rng.choice(new).geometries), self.space), "edge"
+            elif evaluated and roll < 0.6:
+                g, source = neighbour(self.rng, self.rng.choice(evaluated), self.space), "near"
+            else:
+                g, source = boundary(self.rng, self.space), "boundary"
+            if self._usable(g) and g not in {c[0] for c in candidates}:
+                candidates.append((g, source))
+        if not candidates:
+            return None
+
+        def score(item):
+            g, source = item
+            gain = len(pairs(g) - self.covered) + (EDGE_BONUS if source == "edge" else 0)
+            seconds = sum(self.estimate(c) for c in self.cases_of(g, source)) or 1.0
+            return (gain + 0.5) / math.sqrt(seconds)
+
+        return max(candidates, key=score)
+
+    def _sample(self) -> tuple[Geometry, str] | None:
+        categories = list(self.cfg.spec.categories)
+        for _ in range(len(categories) * 50):
+            c = categories[sum(self.drawn.values()) % len(categories)]
+            self.drawn[c.name] += 1
+            g = c.sample(self.cfg.n + self.drawn[c.name])[-1]
+            if self._usable(g):
+                return g, "sample"
+        return None
+
+    def progress(self, start: float, budget: float, running: int) -> str:
+        new = ", ".join(f"{f.target}: {f.bucket[:70]} ({len(f.cases)})" for f in self.found.values())
+        return (f"hunt: {self.spent + time.monotonic() - start:.0f} s of {budget:g} s, {len(self.geometries)} geometries, "
+                f"{len(self.entries)} cases ({running} running), {len(self.found)} new buckets"
+                + (f": {new}" if new else ""))
+
+
+def known_buckets(cfg: Config, cases: list[Case]) -> set[tuple[str, str]]:
+    """(target, bucket) of every failure the sweep's results in this build folder hold, and of
+    every listed failure: what a hunt does not count as new."""
+    known = {(c.target, signature(e)) for c, e in zip(cases, collect(cases, cfg.case_dir))
+             if e["status"] in TOOL_FAILURES}
+    known |= {(t.name, e.bucket) for t in cfg.targets for e in t.expectations}
+    return known
+
+
+def evaluate(cases: list[Case], cfg: Config) -> list[dict]:
+    """Every case's chain (one geometry's flavors on one target share nothing but may share the
+    models of other targets: they run in order), then its result entry."""
+    for case in cases:
+        run_tasks(case, cfg, TASKS)
+    return collect(cases, cfg.case_dir)
+
+
+def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
+         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, bugreport_share: float | None = None,
+         region_entries=None, log=print) -> dict:
+    """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
+    the summary (also written to <build>/hunt/summary.json)."""
+    if strategy not in STRATEGIES:
+        raise ConfigError("doit hunt --strategy", strategy, f"must be one of {', '.join(STRATEGIES)}")
+    if not budget > 0:
+        raise ConfigError("doit hunt --budget", budget, "must be a number of seconds > 0")
+    folder = cfg.build_dir / "hunt"
+    hunt_cfg = replace(cfg, build_dir=folder, scheduler=None, shard=None)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = Hunt(cfg, hunt_cfg, cases, strategy, seed, estimate, flavors, log)
+    start, usage = time.monotonic(), _cpu()
+    search_share = SEARCH_SHARE if bugreport_share is None else 1 - bugreport_share
+    deadline = start + budget * search_share - state.spent  # a resumed hunt goes on with the same budget
+    log(f"hunt: {strategy} on {', '.join(t.name for t in cfg.targets)}, {lanes} lanes, search until "
+        f"{budget * search_share:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
+        f"listed); cases in {folder}")
+    journal = open(folder / JOURNAL, "a")
+    pending: list[tuple[list[Case], Geometry, str]] = []
+    last_line = time.monotonic()
+    try:
+        with ThreadPoolExecutor(lanes) as pool:
+            running = {}
+            while True:
+                while len(running) < lanes and time.monotonic() < deadline:
+                    if not pending:
+                        proposal = state.propose()
+                        if proposal is None:
+                            break
+                        g, source = proposal
+                        state.geometries.setdefault(g, source)  # not proposed twice while it runs
+                        by_name: dict[str, list[Case]] = {}
+                        for case in state.cases_of(g, source):
+                            if case.key not in state.entries:
+                                by_name.setdefault(case.name, []).append(case)
+                        pending += [(group, g, source) for group in by_name.values()]
+                        if not pending:
+                            continue
+                    group, g, source = pending.pop(0)
+                    running[pool.submit(evaluate, group, hunt_cfg)] = (group, g, source)
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    group, g, source = running.pop(future)
+                    for case, entry in zip(group, future.result()):
+                        line = {"key": case.key, "case": case.name, "target": case.target,
+                                "variant": case.variant, "geometry": g.to_dict(), "source": source,
+                                "status": entry["status"], "stage": entry["stage"],
+                                "bucket": signature(entry) if entry["status"] in TOOL_FAILURES else None,
+                                "seconds": round(sum(float(s.get("seconds", 0)) for s in
+                                                     (entry.get("stages") or {}).values()), 3),
+                                "elapsed": round(state.spent + time.monotonic() - start, 1)}
+                        journal.write(json.dumps(line) + "\n")
+                        journal.flush()
+                        os.fsync(journal.fileno())
+                        state._record(line, g)
+                if time.monotonic() - last_line >= cfg.progress_interval:
+                    log(state.progress(start, budget, len(running)))
+                    last_line = time.monotonic()
+    finally:
+        journal.close()
+    searched = state.spent + time.monotonic() - start
+    cpu = _cpu() - usage
+    log(state.progress(start, budget, 0))
+    hunt_cases = [c for g, source in state.geometries.items() for c in state.cases_of(g, source)
+                  if c.key in state.entries]
+    entries = collect(hunt_cases, hunt_cfg.case_dir)
+    _write_specs(folder, state, hunt_cases)
+    for target in cfg.targets:  # the hunt's own report: results.json and report.html, with region rules
+        mine = [e for e, c in zip(entries, hunt_cases) if c.target == target.name]
+        write_report(mine, hunt_cfg.report_dir(target.name), tool_versions(hunt_cfg, target))
+    reports = {}
+    if state.found:
+        from pipeline.triage.bugreport import bugreports
+
+        remaining = max(budget - (state.spent + time.monotonic() - start), 0.0)
+        per_bucket = remaining / len(state.found)
+        log(f"hunt: {len(state.found)} new buckets: bug reports, {per_bucket:.0f} s each")
+        swept = collect(cases, cfg.case_dir)
+        for path in bugreports(hunt_cfg, hunt_cases, [f.bucket for f in state.found.values()], per_bucket,
+                               log=log, region_entries=(region_entries or []) + entries + swept):
+            reports[path.parent.name] = str(path)
+    summary = {
+        "strategy": strategy, "seed": seed, "budget": budget, "lanes": lanes,
+        "search_seconds": round(searched, 1), "cpu_seconds": round(cpu, 1),
+        "geometries": len(state.geometries), "cases": len(state.entries),
+        "known_buckets": len(state.known),
+        "new_buckets": [{"target": f.target, "bucket": f.bucket, "first_case": f.first, "cases": len(f.cases),
+                         "examples": f.cases[:5]} for f in state.found.values()],
+        "bugreports": reports,
+        "frontend_failures": [{"case": c, "bucket": b} for c, b in sorted(state.frontend.items())],
+        "spec": str(folder / SPEC), "found": str(folder / FOUND),
+    }
+    write_text(folder / SUMMARY, json.dumps(summary, indent=1) + "\n")
+    log(f"hunt: {len(state.found)} new buckets in {len(state.geometries)} geometries ({len(state.entries)} cases), "
+        f"search {searched:.0f} s; summary {folder / SUMMARY}; cases in {folder / SPEC}, new buckets' in {folder / FOUND}")
+    return summary
+
+
+def _write_specs(folder: Path, state: Hunt, cases: list[Case]) -> None:
+    """hunt.json: every geometry evaluated; found.json: those with a case in a new bucket."""
+    new_cases = {name for f in state.found.values() for name in f.cases}
+    every, found = [], []
+    for g, source in state.geometries.items():
+        names = {c.name for c in cases if c.geometry == g}
+        if not names:
+            continue  # proposed, not run (the search ended first)
+        item = {"category": f"hunt_{source}", **g.to_dict()}
+        every.append(item)
+        if names & new_cases:
+            found.append(item)
+    write_text(folder / SPEC, json.dumps({"geometries": every}, indent=1) + "\n")
+    write_text(folder / FOUND, json.dumps({"geometries": found}, indent=1) + "\n")
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -1,0 +1,193 @@
+"""`doit hunt` (pipeline/triage/hunt.py): its generators stay in the space, and, against a
+wrapper compiler with a hidden bug (a compile error iff stride_w > kernel_w and c_in is odd),
+the hunt finds the bug within a small budget, shrinks it, learns a region rule that agrees with
+the hidden one, leaves a listed bucket alone, and resumes after a kill without redoing a case.
+Real iree-compile (behind the wrapper), real torch and onnxruntime, run through `doit hunt`."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import DOIT, ROOT, clean_env, doit
+
+from pipeline.results.region import features, matches
+from pipeline.space.geometry import Geometry
+from pipeline.space.sweep import Category
+from pipeline.triage.hunt import Space, boundary, coarse, neighbour, pairs
+
+CATEGORIES = [
+    {"name": "t2d", "seed": 1, "rank": 2, "spatial": [6, 12], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
+    {"name": "t1d", "seed": 2, "rank": 1, "spatial": [6, 16], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
+]
+HIDDEN = "hidden lowering bug: stride over kernel"
+LISTED = "listed lowering bug: five output channels"
+# The wrapper reads the geometry from the case folder's name (the compile runs in it), as a
+# compiler bug keyed on the shape would see it, and logs every case it compiles.
+WRAPPER = r'''#!{python}
+import os, re, sys
+name = os.getcwd().rstrip("/").split("/")[-2]
+with open({log!r}, "a") as f:
+    f.write(os.getcwd() + "\n")
+m = re.search(r"_w(\d+)_h(\d+)_f(\d+)_k(\d+)_c(\d+)", name)
+c_out, k, c_in = int(m.group(3)), int(m.group(4)), int(m.group(5))
+khw = re.search(r"_khw(\d+)x(\d+)", name)
+s = re.search(r"_s(\d+)x(\d+)", name)
+kw, sw = int(khw.group(2)) if khw else k, int(s.group(2)) if s else 1
+if sw > kw and c_in % 2:
+    sys.exit("error: {hidden} " + str(sw) + " over " + str(kw))
+if c_out == 5:
+    sys.exit("error: {listed}")
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+'''
+
+
+def hidden(g: Geometry) -> bool:
+    return g.shw[1] > g.khw[1] and g.c_in % 2 == 1
+
+
+def _env(tmp_path, build="build", **knobs):
+    from pipeline.config import Config
+
+    real = Config.from_env(clean_env(CONV_SWEEP_TARGET="llvm-cpu")).target("llvm-cpu").compiler
+    wrapper = tmp_path / "compiler"
+    wrapper.write_text(WRAPPER.format(python=sys.executable, log=str(tmp_path / "compiled.log"), real=real,
+                                      hidden=HIDDEN, listed=LISTED))
+    wrapper.chmod(0o755)
+    (tmp_path / "spec.json").write_text(json.dumps({"categories": CATEGORIES}))
+    listed = {"expected_failures": [{"case": "conv_onnx_f32_*_f5_*", "stage": "compile",
+                                     "bucket": f"compile: <tool> exit status <n>: error: {LISTED}"}]}
+    (tmp_path / "listed.json").write_text(json.dumps(listed))
+    return clean_env(CONV_SWEEP_TARGET="llvm-cpu", CONV_SWEEP_SPEC=tmp_path / "spec.json", CONV_SWEEP_N=2,
+                     CONV_SWEEP_BUILD_DIR=tmp_path / build, CONV_SWEEP_IREE_COMPILE=wrapper,
+                     CONV_SWEEP_EXPECTED_FAILURES=tmp_path / "listed.json", CONV_SWEEP_PROGRESS_INTERVAL=5, **knobs)
+
+
+# --- the generators --------------------------------------------------------------------------------
+
+def test_boundary_and_neighbour_geometries_stay_in_the_space():
+    cats = tuple(Category(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()}) for c in CATEGORIES)
+    space = Space.of(cats)
+    assert space.spatial == {2: (6, 12), 1: (6, 16)} and space.channels == (1, 8)
+    assert {7, 8, 9, 15, 16} <= set(space.sizes(1)) and 5 not in space.sizes(1)
+    rng = random.Random(0)
+    seen_stride_over_kernel = seen_kernel_is_input = 0
+    for _ in range(300):
+        g = boundary(rng, space)
+        near = neighbour(rng, g, space)
+        for x in (g, near):
+            assert 1 <= x.c_in // x.groups and x.c_in <= 8 * max(x.groups, 1)
+            assert all(1 <= k <= 3 for k in x.kernel) and all(1 <= s <= 4 for s in x.stride)
+            assert all(n <= space.spatial[x.rank][1] for n in x.spatial)
+        seen_stride_over_kernel += any(s > k for s, k in zip(g.stride, g.kernel))
+        seen_kernel_is_input += any(w == n for w, n in zip(g.window, g.spatial))
+    assert seen_stride_over_kernel > 30 and seen_kernel_is_input > 30
+
+
+def test_pairs_of_coarse_features_tell_a_stride_over_the_kernel_apart():
+    a = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4)
+    b = Geometry(2, (8, 8), (3, 3), (4, 4), 4, 4)
+    assert coarse(a)["sw"] == "1" and coarse(b)["sw"] == ">k"
+    assert pairs(b) - pairs(a)
+
+
+# --- through doit hunt -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hunted(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("hunt")
+    run = doit("hunt", "--budget", "100", "--seed", "3", "--flavors", "onnx_f32", env=_env(tmp_path), timeout=900)
+    return tmp_path, run
+
+
+@pytest.mark.slow
+def test_the_hidden_bug_is_found_shrunk_and_reported(hunted):
+    tmp_path, run = hunted
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((tmp_path / "build" / "hunt" / "summary.json").read_text())
+    new = {b["bucket"]: b for b in summary["new_buckets"]}
+    bucket = next(b for b in new if HIDDEN in b)
+    assert "NEW bucket on llvm-cpu" in run.stdout and HIDDEN in run.stdout
+    # every case of the bucket satisfies the hidden rule, and the journal holds no case twice
+    journal = [json.loads(line) for line in (tmp_path / "build" / "hunt" / "journal.jsonl").read_text().splitlines()]
+    assert len({e["key"] for e in journal}) == len(journal) == summary["cases"]
+    in_bucket = [Geometry.from_dict(e["geometry"]) for e in journal if e["bucket"] == bucket]
+    assert len(in_bucket) == new[bucket]["cases"] and all(hidden(g) for g in in_bucket)
+    # shrunk: the report's minimal case is smaller than the case it started from, and still fails that way
+    report = next(p for p in (tmp_path / "build" / "hunt" / "bugreports" / "llvm-cpu").glob("*/report.md")
+                  if bucket in p.read_text())
+    shrunk = [json.loads(p.read_text()) for p in (tmp_path / "build" / "hunt" / "shrink" / "llvm-cpu").glob("*/shrink.json")]
+    shrunk = next(s for s in shrunk if s["signature"] == bucket)
+    assert shrunk["minimal"]["macs"] < shrunk["original"]["macs"]
+    assert hidden(Geometry.from_dict(shrunk["minimal"]["geometry"]))
+    assert "Where this bucket lives" in report.read_text()
+    # the found case joins a sweep in one step
+    found = json.loads((tmp_path / "build" / "hunt" / "found.json").read_text())["geometries"]
+    assert any(hidden(Geometry.from_dict({k: v for k, v in g.items() if k != "category"})) for g in found)
+
+
+@pytest.mark.slow
+def test_the_region_rule_agrees_with_the_hidden_one(hunted):
+    tmp_path, _ = hunted
+    document = json.loads((tmp_path / "build" / "hunt" / "report" / "llvm-cpu" / "results.json").read_text())
+    region = next(b["region"] for b in document["buckets"] if HIDDEN in b["signature"])
+    assert region["status"] == "learned", region
+    assert region["held_out"]["accuracy"] >= 0.9 and region["held_out"]["positives"] >= 1
+    # on fresh geometries of the space, the rule as printed says what the hidden rule says
+    rng, agree, total = random.Random(7), 0, 0
+    for _ in range(400):
+        rank = rng.choice((1, 2))
+        k = [rng.randint(1, 3) for _ in range(rank)]
+        g = Geometry(rank, [rng.randint(max(k), 12) for _ in range(rank)], k, [rng.randint(1, 4) for _ in range(rank)],
+                     rng.randint(1, 8), rng.randint(1, 8))
+        agree += matches(region["conditions"], features(g.to_dict(), "onnx", "f32")) == hidden(g)
+        total += 1
+    assert agree / total >= 0.9, (region["rule"], agree / total)
+
+
+@pytest.mark.slow
+def test_a_listed_bucket_is_not_reported(hunted):
+    tmp_path, _ = hunted
+    journal = [json.loads(line) for line in (tmp_path / "build" / "hunt" / "journal.jsonl").read_text().splitlines()]
+    assert any(LISTED in (e["bucket"] or "") for e in journal)  # the hunt did run into it
+    summary = json.loads((tmp_path / "build" / "hunt" / "summary.json").read_text())
+    assert not [b for b in summary["new_buckets"] if LISTED in b["bucket"]]
+    assert not [p for p in (tmp_path / "build" / "hunt" / "bugreports").glob("*/*/report.md") if LISTED in p.read_text()]
+
+
+@pytest.mark.slow
+def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
+    env = _env(tmp_path, build="resumed")
+    journal = tmp_path / "resumed" / "hunt" / "journal.jsonl"
+    proc = subprocess.Popen([*DOIT, "hunt", "--budget", "80", "--flavors", "onnx_f32"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and (not journal.is_file() or len(journal.read_text().splitlines()) < 8):
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = [json.loads(line) for line in journal.read_text().splitlines() if line.endswith("}")]
+    assert len(before) >= 8
+    stamps = {e["key"]: os.stat(tmp_path / "resumed" / "hunt" / "cases" / e["case"] / "llvm-cpu" / "result.json").st_mtime_ns
+              for e in before}
+    def compiled():  # the hunt's own case folders (a bug report's shrink compiles in a folder of its own)
+        return [line.rstrip("/").split("/")[-2] for line in (tmp_path / "compiled.log").read_text().splitlines()
+                if "/resumed/hunt/cases/" in line]
+
+    compiled_before = compiled()
+    again = doit("hunt", "--budget", "80", "--flavors", "onnx_f32", env=env, timeout=600)  # the same hunt goes on
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resuming: {len(before)} cases" in again.stdout
+    after = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert len({e["key"] for e in after}) == len(after) > len(before)  # new cases, none twice
+    for e in before:  # a finished case's result is not written again, nor is it compiled again
+        path = tmp_path / "resumed" / "hunt" / "cases" / e["case"] / "llvm-cpu" / "result.json"
+        assert os.stat(path).st_mtime_ns == stamps[e["key"]]
+    compiled_after = compiled()[len(compiled_before):]
+    assert not {e["case"] for e in before} & set(compiled_after)
