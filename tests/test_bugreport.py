@@ -310,3 +310,9 @@ def test_a_minimal_case_not_slow_this_time_credits_no_flag_the_original_does():
     assert not any("--other" in line for line in said)
     slow_base = findings([_trial(None, 4.0), _trial("--none", 1.5)], origs[:1], {}, ["--none"], True, "compile", cut)
     assert slow_base[0].startswith("`--none` brings the minimal case's compile time back to normal: 1.50 s")
+
+
+def test_a_non_finite_metric_is_shown_by_its_name():
+    from pipeline.triage.bugreport import figure
+
+    assert figure(0.000122225558) == "0.000122226" and figure("inf") == "inf" and figure(None) == "None"

@@ -198,6 +198,12 @@ def _slow(shrunk: dict | None, entries: list[dict]) -> tuple[dict, float] | None
     return {"stage": stage, "reason": reason}, threshold
 
 
+def figure(value) -> str:
+    """A metric as report.md shows it: a number to 6 significant digits; a non-finite one is
+    stored as its name ("inf", "nan": JSON has no such numbers) and shown as it is."""
+    return f"{value:.6g}" if isinstance(value, (int, float)) else str(value)
+
+
 def region_section(region: dict | None) -> list[str]:
     """report.md's lines on where the bucket lives (pipeline/results/region.py): the rule, its
     conditions, its held-out figures and the cases it was learned from; or why there is none."""
@@ -265,8 +271,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
                      if check["mode"] == "approximate" else ", bit-exact") + f" ({check['type']} output).", ""]
         for m in failed:
             lines.append(f"- {m['name']}: {m.get('mismatches')} of {m.get('elements')} elements outside; "
-                         f"max abs error {m.get('max_abs_error'):.6g}, worst at {m.get('worst_index')} "
-                         f"(tolerance there {m.get('tolerance_at_worst'):.6g})")
+                         f"max abs error {figure(m.get('max_abs_error'))}, worst at {m.get('worst_index')} "
+                         f"(tolerance there {figure(m.get('tolerance_at_worst'))})")
         worst = _worst(cfg.case_dir(minimal))
         if worst:
             lines += ["", "| index | expected | actual | abs error | tolerance |", "|---|---|---|---|---|", *worst]
