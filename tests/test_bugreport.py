@@ -316,3 +316,23 @@ def test_a_non_finite_metric_is_shown_by_its_name():
     from pipeline.triage.bugreport import figure
 
     assert figure(0.000122225558) == "0.000122226" and figure("inf") == "inf" and figure(None) == "None"
+
+
+@pytest.mark.slow
+def test_a_bucket_failing_at_import_is_reported_with_its_model_file(tmp_path):
+    # tosa-converter-for-tflite 2026.2.0 cannot legalize this TFLite conv (a kernel wider than
+    # the one-column input, SAME padding): the case never reaches the compiler
+    geometry = {"category": "imp", "rank": 2, "spatial": [16, 1], "kernel": [1, 2], "stride": [2, 1], "c_in": 1,
+                "c_out": 1, "padding": "same"}
+    env = clean_env(CONV_SWEEP_TARGET="llvm-cpu", CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [geometry]),
+                    CONV_SWEEP_N=0, CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    assert doit("-n", "2", "sweep", env=env, timeout=600).returncode != 0
+    run = doit("bugreport", "--budget", "0", "Could not legalize", env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    folder = next((tmp_path / "build" / "bugreports" / "llvm-cpu").glob("import-*"))
+    report = (folder / "report.md").read_text()
+    assert "`model.tflite`, which the importer fails on" in report and "stage: import" in report
+    assert (folder / "model.tflite").is_file() and not (folder / "model.mlir").exists()
+    repro = subprocess.run(["bash", "repro.sh"], cwd=folder, env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+                           text=True, timeout=300)
+    assert repro.returncode != 0 and "Could not legalize the TFLite model to TOSA" in repro.stdout + repro.stderr

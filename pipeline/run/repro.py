@@ -138,24 +138,41 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
     return path
 
 
-def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Path:
-    target = cfg.target(case.target)
-    case_dir = Path(case_dir)
-    model = f"../{case.model_file}"
+def _importing(case: Case, cfg: Config, model: str) -> tuple[dict[str, list[str]], list[str], str]:
+    """The importer's tools and command lines for the model file `model`, and the MLIR file the
+    compiler then reads."""
     tools: dict[str, list[str]] = {}
     if case.backend == "tflite":
         tools["TOSA_CONVERTER"] = [tool_path("tosa-converter-for-tflite") or "tosa-converter-for-tflite"]
         importing = [f'"${{TOSA_CONVERTER[@]}}" {model} --bytecode -o repro.mlirbc']
         if cfg.mlir_input(case) == MLIR_BYTECODE:
-            compiled = "repro.mlirbc"
-        else:
-            tools["IREE_OPT"] = [tool_path("iree-opt") or "iree-opt"]
-            importing.append('"${IREE_OPT[@]}" repro.mlirbc -o repro.mlir')
-            compiled = "repro.mlir"
-    else:
-        tools["IREE_IMPORT_ONNX"] = [tool_path("iree-import-onnx") or "iree-import-onnx"]
-        importing = [f'"${{IREE_IMPORT_ONNX[@]}}" {model} -o repro.mlir']
-        compiled = "repro.mlir"
+            return tools, importing, "repro.mlirbc"
+        tools["IREE_OPT"] = [tool_path("iree-opt") or "iree-opt"]
+        importing.append('"${IREE_OPT[@]}" repro.mlirbc -o repro.mlir')
+        return tools, importing, "repro.mlir"
+    tools["IREE_IMPORT_ONNX"] = [tool_path("iree-import-onnx") or "iree-import-onnx"]
+    return tools, [f'"${{IREE_IMPORT_ONNX[@]}}" {model} -o repro.mlir'], "repro.mlir"
+
+
+def write_import_standalone(case: Case, cfg: Config, folder: Path) -> Path:
+    """repro.sh for a bug report of a failure at import: the importer on the model file beside
+    it (the case never reached the compiler); exits non-zero while the importer fails."""
+    tools, importing, _ = _importing(case, cfg, case.model_file)
+    lines = ["#!/usr/bin/env bash",
+             f"# {case.name}: import {case.model_file} to MLIR, as the sweep does. Exits non-zero while the "
+             "importer fails.", "set -euo pipefail", 'cd "$(dirname "$0")"', *_tool_lines(tools), "set -x",
+             *importing, ""]
+    path = Path(folder) / REPRO
+    write_text(path, "\n".join(lines))
+    path.chmod(0o755)
+    return path
+
+
+def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Path:
+    target = cfg.target(case.target)
+    case_dir = Path(case_dir)
+    model = f"../{case.model_file}"
+    tools, importing, compiled = _importing(case, cfg, model)
     compiler, runner = _variable(target.compiler), _variable(target.runner)
     tools[compiler] = _command(target, target.compiler)
     tools[runner] = _command(target, target.runner)

@@ -130,15 +130,19 @@ def _geometry_range(entries: list[dict]) -> list[str]:
     return rows
 
 
-def _copy_case(case: Case, cfg: Config, folder: Path) -> tuple[str, dict | None, str | None]:
+def _copy_case(case: Case, cfg: Config, folder: Path) -> tuple[str | None, dict | None, str | None]:
     """Copy the case's compiler input, module input, expected output and check into `folder`;
-    (MLIR file name, check, the run's --input argument or None where it never ran)."""
+    (MLIR file name, check, the run's --input argument or None where it never ran). A case that
+    failed at import has no MLIR: its model file is copied, and the MLIR file name is None."""
     from pipeline.checks.compare import CHECK, EXPECTED_BIN
     from pipeline.targets import signature
     from pipeline.targets.runner import input_arg, input_file_name
 
     model_dir, case_dir = cfg.model_dir(case), cfg.case_dir(case)
     mlir_name = cfg.mlir_input(case)
+    if not (model_dir / mlir_name).is_file():  # it failed at import: the importer's input is the model file
+        shutil.copy2(model_dir / case.model_file, folder / case.model_file)
+        return None, None, None
     shutil.copy2(model_dir / mlir_name, folder / mlir_name)
     if mlir_name != MLIR and (model_dir / MLIR).is_file():
         shutil.copy2(model_dir / MLIR, folder / MLIR)  # the same module as text, to read
@@ -243,18 +247,25 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     slow = _slow(shrunk, entries)
     if slow is not None:  # repro.sh fails while the stage is anomalously slow
         result, limits[slow[0]["stage"]] = slow[0], slow[1]
-    repro = write_standalone(minimal, cfg, folder, mlir_name, check if result.get("stage") == "verify" else None,
-                             limits, input_file if result.get("stage") in ("run", "verify") else None)
+    if mlir_name is None:
+        from pipeline.run.repro import write_import_standalone
+
+        repro = write_import_standalone(minimal, cfg, folder)
+    else:
+        repro = write_standalone(minimal, cfg, folder, mlir_name, check if result.get("stage") == "verify" else None,
+                                 limits, input_file if result.get("stage") in ("run", "verify") else None)
     text_mlir = (folder / MLIR).read_text() if (folder / MLIR).is_file() else None
     geometry = minimal.geometry
     lines = [f"# {title(bucket, target.name)}", "",
-             f"`{target.runner if slow and slow[0]['stage'] == 'run' else target.compiler}` "
+             (f"`{target.runner if slow and slow[0]['stage'] == 'run' else target.compiler}` " if mlir_name
+              else f"The importer of {minimal.backend} models (before `{Path(target.compiler).name}`) ")
              + ("is cut at its time limit" if slow else "fails the same way")
              + f" on {len(entries)} convolution case{'s' if len(entries) != 1 else ''} of a conv-sweep run; "
              + ("the smallest found still anomalously slow:" if slow else "the smallest found:"),
              "", f"- case: `{minimal.name}` ({macs(geometry):,} MACs)",
              f"- geometry: `{json.dumps(geometry.to_dict())}`",
-             f"- model: {minimal.backend} {minimal.flavor}, imported to MLIR ({mlir_name})",
+             f"- model: {minimal.backend} {minimal.flavor}, "
+             + (f"imported to MLIR ({mlir_name})" if mlir_name else f"`{minimal.model_file}`, which the importer fails on"),
              f"- stage: {result.get('stage')}", ""]
     if findings:
         lines += ["## Findings", "", *[f"- {f}" for f in findings], ""]
@@ -279,12 +290,15 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
         lines.append("")
     lines += list(sections)
     lines += ["## Reproduce", "",
-              "`bash repro.sh` in this folder compiles the MLIR below with the exact flags"
+              (f"`bash repro.sh` in this folder imports `{minimal.model_file}` as the sweep does"
+               if mlir_name is None else "`bash repro.sh` in this folder compiles the MLIR below with the exact flags")
               + (", runs the module on the saved input and checks its output against the saved expected output"
                  if input_file else "")
               + "; it exits non-zero while the failure is there.", "", "```bash",
               *repro.read_text().splitlines(), "```", ""]
-    if text_mlir is not None and len(text_mlir) <= INLINE_MLIR:
+    if mlir_name is None:
+        pass  # no MLIR: the importer failed
+    elif text_mlir is not None and len(text_mlir) <= INLINE_MLIR:
         lines += [f"## The MLIR ({MLIR})", "", "```mlir", text_mlir.rstrip(), "```", ""]
     else:
         lines += [f"## The MLIR", "", f"In `{MLIR}` beside this report ({len(text_mlir or '')} characters)"
