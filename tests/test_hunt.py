@@ -191,3 +191,22 @@ def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
         assert os.stat(path).st_mtime_ns == stamps[e["key"]]
     compiled_after = compiled()[len(compiled_before):]
     assert not {e["case"] for e in before} & set(compiled_after)
+
+
+def test_a_torn_journal_line_is_skipped_and_the_spent_seconds_kept(tmp_path):
+    from pipeline.config import Config
+    from pipeline.triage.hunt import JOURNAL, Hunt
+
+    (tmp_path / "spec.json").write_text(json.dumps({"categories": CATEGORIES}))
+    cfg = Config.from_env(clean_env(CONV_SWEEP_SPEC=tmp_path / "spec.json", CONV_SWEEP_N=1,
+                                    CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
+    g = Geometry(1, (9,), (2,), (3,), 3, 2)
+    entry = {"key": "conv_onnx_f32_x@llvm-cpu", "case": "conv_onnx_f32_x", "target": "llvm-cpu",
+             "variant": "onnx_f32", "geometry": g.to_dict(), "source": "boundary", "status": "error",
+             "stage": "compile", "bucket": "compile: <tool> exit status <n>: error: boom", "seconds": 1.0,
+             "elapsed": 42.5}
+    (tmp_path / JOURNAL).write_text(json.dumps(entry) + "\n" + json.dumps(entry)[:40])
+    state = Hunt(cfg, tmp_path, cfg.cases(), "hunt", 0, lambda case: 1.0, None, log=lambda line: None)
+    assert list(state.entries) == [entry["key"]] and state.spent == 42.5
+    assert [f.bucket for f in state.found.values()] == [entry["bucket"]]
+    assert g in state.geometries and not state._usable(g)  # not evaluated again

@@ -53,7 +53,6 @@ import math
 import os
 import random
 import resource
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -244,10 +243,9 @@ class Found:
 class Hunt:
     """The search's state: what was evaluated (from the journal too), what is covered, what is new."""
 
-    def __init__(self, cfg: Config, hunt_cfg: Config, cases: list[Case], strategy: str, seed: int,
+    def __init__(self, cfg: Config, folder: Path, cases: list[Case], strategy: str, seed: int,
                  estimate, flavors: frozenset[str] | None, log=print):
-        self.cfg, self.hunt_cfg, self.strategy, self.log = cfg, hunt_cfg, strategy, log
-        self.folder = hunt_cfg.build_dir
+        self.cfg, self.folder, self.strategy, self.log = cfg, folder, strategy, log
         self.estimate = estimate  # case -> predicted seconds of its chain
         self.flavors = flavors
         self.space = Space.of(cfg.spec.categories)
@@ -259,7 +257,6 @@ class Hunt:
         self.found: dict[tuple[str, str], Found] = {}
         self.frontend: dict[str, str] = {}  # case -> bucket of a failure in this tool's frontends
         self.spent = 0.0  # seconds of search the journal's hunts spent (the budget is the hunt's, over resumes)
-        self.lock = threading.Lock()
         self._resume()
         self.rng = random.Random(seed * 1_000_003 + len(self.entries))
         self.drawn = {c.name: 0 for c in cfg.spec.categories}  # sample strategy: draws past N per category
@@ -275,31 +272,30 @@ class Hunt:
                 geometry = Geometry.from_dict(entry["geometry"])
             except (ValueError, KeyError, TypeError, ConfigError):
                 continue  # a line torn by a kill: its case runs again
-            self._record(entry, geometry, quiet=True)
+            self.record(entry, geometry, quiet=True)
             self.spent = max(self.spent, float(entry.get("elapsed", 0.0)))
         if self.entries:
             self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
                      f"{path}, not evaluated again; {self.spent:.0f} s of the budget spent")
 
-    def _record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
-        with self.lock:
-            self.entries[entry["key"]] = entry
-            self.geometries.setdefault(geometry, entry.get("source", ""))
-            self.covered |= pairs(geometry)
-            bucket = entry.get("bucket")
-            if not bucket or (entry["target"], bucket) in self.known:
-                return
-            if entry.get("stage") in FRONTEND_STAGES:  # this tool's model builders, not the target's tools
-                self.frontend[entry["case"]] = bucket
-                return
-            found = self.found.get((entry["target"], bucket))
-            if found is None:
-                found = self.found[(entry["target"], bucket)] = Found(entry["target"], bucket, entry["case"], [], [])
-                if not quiet:
-                    self.log(f"hunt: NEW bucket on {entry['target']} ({len(self.found)} so far): {bucket}\n"
-                             f"      first case: {entry['case']}")
-            found.cases.append(entry["case"])
-            found.geometries.append(geometry)
+    def record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
+        self.entries[entry["key"]] = entry
+        self.geometries.setdefault(geometry, entry.get("source", ""))
+        self.covered |= pairs(geometry)
+        bucket = entry.get("bucket")
+        if not bucket or (entry["target"], bucket) in self.known:
+            return
+        if entry.get("stage") in FRONTEND_STAGES:  # this tool's model builders, not the target's tools
+            self.frontend[entry["case"]] = bucket
+            return
+        found = self.found.get((entry["target"], bucket))
+        if found is None:
+            found = self.found[(entry["target"], bucket)] = Found(entry["target"], bucket, entry["case"], [], [])
+            if not quiet:
+                self.log(f"hunt: NEW bucket on {entry['target']} ({len(self.found)} so far): {bucket}\n"
+                         f"      first case: {entry['case']}")
+        found.cases.append(entry["case"])
+        found.geometries.append(geometry)
 
     # choosing the next geometry
     def cases_of(self, g: Geometry, source: str) -> list[Case]:
@@ -397,7 +393,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     folder = cfg.build_dir / "hunt"
     hunt_cfg = replace(cfg, build_dir=folder, scheduler=None, shard=None)
     folder.mkdir(parents=True, exist_ok=True)
-    state = Hunt(cfg, hunt_cfg, cases, strategy, seed, estimate, flavors, log)
+    state = Hunt(cfg, folder, cases, strategy, seed, estimate, flavors, log)
     start, usage = time.monotonic(), _cpu()
     search_share = SEARCH_SHARE if bugreport_share is None else 1 - bugreport_share
     deadline = start + budget * search_share - state.spent  # a resumed hunt goes on with the same budget
@@ -405,6 +401,8 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         f"{budget * search_share:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
         f"listed); cases in {folder}")
     journal = open(folder / JOURNAL, "a")
+    if journal.tell() and not (folder / JOURNAL).read_bytes().endswith(b"\n"):
+        journal.write("\n")  # after a line torn by a kill: the next line starts on its own
     pending: list[tuple[list[Case], Geometry, str]] = []
     last_line = time.monotonic()
     try:
@@ -443,7 +441,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
                         journal.write(json.dumps(line) + "\n")
                         journal.flush()
                         os.fsync(journal.fileno())
-                        state._record(line, g)
+                        state.record(line, g)
                 if time.monotonic() - last_line >= cfg.progress_interval:
                     log(state.progress(start, budget, len(running)))
                     last_line = time.monotonic()
