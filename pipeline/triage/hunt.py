@@ -382,8 +382,7 @@ def evaluate(cases: list[Case], cfg: Config) -> list[dict]:
 
 
 def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
-         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, bugreport_share: float | None = None,
-         region_entries=None, log=print) -> dict:
+         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print) -> dict:
     """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
     the summary (also written to <build>/hunt/summary.json)."""
     if strategy not in STRATEGIES:
@@ -395,10 +394,9 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     folder.mkdir(parents=True, exist_ok=True)
     state = Hunt(cfg, folder, cases, strategy, seed, estimate, flavors, log)
     start, usage = time.monotonic(), _cpu()
-    search_share = SEARCH_SHARE if bugreport_share is None else 1 - bugreport_share
-    deadline = start + budget * search_share - state.spent  # a resumed hunt goes on with the same budget
+    deadline = start + budget * SEARCH_SHARE - state.spent  # a resumed hunt goes on with the same budget
     log(f"hunt: {strategy} on {', '.join(t.name for t in cfg.targets)}, {lanes} lanes, search until "
-        f"{budget * search_share:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
+        f"{budget * SEARCH_SHARE:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
         f"listed); cases in {folder}")
     journal = open(folder / JOURNAL, "a")
     if journal.tell() and not (folder / JOURNAL).read_bytes().endswith(b"\n"):
@@ -466,7 +464,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         log(f"hunt: {len(state.found)} new buckets: bug reports, {per_bucket:.0f} s each")
         swept = collect(cases, cfg.case_dir)
         for path in bugreports(hunt_cfg, hunt_cases, [f.bucket for f in state.found.values()], per_bucket,
-                               log=log, region_entries=(region_entries or []) + entries + swept):
+                               log=log, region_entries=entries + swept):
             reports[path.parent.name] = str(path)
     summary = {
         "strategy": strategy, "seed": seed, "budget": budget, "lanes": lanes,
