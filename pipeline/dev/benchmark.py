@@ -1,6 +1,7 @@
 """Benchmark: where a sweep's time goes, side by side in one invocation.
 
     python -m pipeline.dev.benchmark [--n 2] [--pairs K] [--spec FILE] [--out bench.json] [--work DIR]
+        [--hunt TARGET --hunt-budget S] [--skip-sweeps] [--torq-full]
 
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a second empty build folder on the store the cold run filled; a compile-flag
@@ -15,7 +16,10 @@ maximum: the machine's noise moves these most); `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
 folder); and the peak resident memory of each run's whole process tree. With --torq-full,
 also a cold full default sweep on torq with the predicted limits and with the old fixed ones.
-Prints a table and the ratios, and writes them as JSON.
+With --hunt TARGET (and --hunt-budget S), `doit hunt` and its baseline sampler side by side,
+one core each, from cold stores: new buckets per CPU-hour of search, and their ratio
+(--skip-sweeps leaves out everything else). Prints a table and the ratios, and writes them as
+JSON.
 """
 from __future__ import annotations
 
