@@ -165,7 +165,7 @@ def test_a_listed_bucket_is_not_reported(hunted):
 def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
     env = _env(tmp_path, build="resumed")
     journal = tmp_path / "resumed" / "hunt" / "journal.jsonl"
-    proc = subprocess.Popen([*DOIT, "hunt", "--budget", "80", "--flavors", "onnx_f32"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([*DOIT, "hunt", "--budget", "60", "--flavors", "onnx_f32"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
@@ -183,7 +183,7 @@ def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
                 if "/resumed/hunt/cases/" in line]
 
     compiled_before = compiled()
-    again = doit("hunt", "--budget", "80", "--flavors", "onnx_f32", env=env, timeout=600)  # the same hunt goes on
+    again = doit("hunt", "--budget", "60", "--flavors", "onnx_f32", env=env, timeout=600)  # the same hunt goes on
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"resuming: {len(before)} cases" in again.stdout
     after = [json.loads(line) for line in journal.read_text().splitlines()]
