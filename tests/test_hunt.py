@@ -197,6 +197,7 @@ def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
 
 def test_a_torn_journal_line_is_skipped_and_the_spent_seconds_kept(tmp_path):
     from pipeline.config import Config
+    from pipeline.results.report import collect
     from pipeline.triage.hunt import JOURNAL, Hunt
 
     (tmp_path / "spec.json").write_text(json.dumps({"categories": CATEGORIES}))
@@ -208,7 +209,7 @@ def test_a_torn_journal_line_is_skipped_and_the_spent_seconds_kept(tmp_path):
              "stage": "compile", "bucket": "compile: <tool> exit status <n>: error: boom", "seconds": 1.0,
              "elapsed": 42.5}
     (tmp_path / JOURNAL).write_text(json.dumps(entry) + "\n" + json.dumps(entry)[:40])
-    state = Hunt(cfg, tmp_path, cfg.cases(), "hunt", 0, lambda case: 1.0, None, log=lambda line: None)
+    state = Hunt(cfg, tmp_path, collect(cfg.cases(), cfg.case_dir), "hunt", 0, lambda case: 1.0, None, log=lambda line: None)
     assert list(state.entries) == [entry["key"]] and state.spent == 42.5
     assert [f.bucket for f in state.found.values()] == [entry["bucket"]]
     assert g in state.geometries and not state._usable(g)  # not evaluated again

@@ -59,6 +59,13 @@ def estimate(case, envelopes) -> float:
     return shard.cost(case) + sum(p for p in predicted if p is not None)
 
 
+def estimator(cfg):
+    """case -> the cost model's seconds for its chain (estimate), with each selected target's
+    envelopes read once."""
+    envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
+    return lambda case: estimate(case, envelopes[case.target])
+
+
 def chain_costs(cfg, cases) -> dict[str, float]:
     """case key -> expected seconds of its chain: measured by this folder's last run, else by
     the run its target's calibration was measured on, else estimated; never more than its
@@ -66,14 +73,14 @@ def chain_costs(cfg, cases) -> dict[str, float]:
     budgets, or a larger CONV_SWEEP_BUDGET last run, plans a cut chain at what it costs now)."""
     measured = last_run(cfg)
     calibrated = {target.name: cost.measured_chains(target.profile.calibration_file) for target in cfg.targets}
-    envelopes = {target.name: _envelopes(cfg, target.name) for target in cfg.targets}
+    estimated = estimator(cfg)
 
     def seconds(case):
         if case.key in measured:
             return measured[case.key]
         if case.name in calibrated[case.target]:
             return calibrated[case.target][case.name]
-        return estimate(case, envelopes[case.target])
+        return estimated(case)
 
     def capped(case):
         return min(seconds(case), shard.cost(case) + sum(cfg.limit(case, stage).seconds for stage in cost.TIMED))

@@ -475,7 +475,7 @@ def print_refused(run: Run):
 def hunt(run: Run, budget, seed, strategy, lanes, flavors):
     """`doit hunt`: a guided search for failure buckets the sweep misses (pipeline/triage/hunt.py),
     its cases run on `lanes` lanes (default: the machine's cores)."""
-    from pipeline.engine.history import _envelopes, estimate
+    from pipeline.engine.history import estimator
     from pipeline.space.cases import parse_variants
     from pipeline.triage.hunt import hunt
 
@@ -483,9 +483,8 @@ def hunt(run: Run, budget, seed, strategy, lanes, flavors):
         return TaskFailed(f"conv-sweep: doit hunt --lanes={lanes}: must be a number of lanes >= 1 (0: the cores)")
     try:
         chosen = parse_variants(flavors, "doit hunt --flavors") if flavors else None
-        envelopes = {t.name: _envelopes(run.cfg, t.name) for t in run.cfg.targets}
         summary = hunt(run.cfg, run.cases, budget, seed, strategy, lanes or os.cpu_count() or 1,
-                       estimate=lambda case: estimate(case, envelopes[case.target]), flavors=chosen)
+                       estimate=estimator(run.cfg), flavors=chosen)
     except ConfigError as err:
         return TaskFailed(f"conv-sweep: {err}")
     print(f"conv-sweep: {len(summary['new_buckets'])} new buckets" + "".join(

@@ -243,14 +243,14 @@ class Found:
 class Hunt:
     """The search's state: what was evaluated (from the journal too), what is covered, what is new."""
 
-    def __init__(self, cfg: Config, folder: Path, cases: list[Case], strategy: str, seed: int,
+    def __init__(self, cfg: Config, folder: Path, swept: list[dict], strategy: str, seed: int,
                  estimate, flavors: frozenset[str] | None, log=print):
         self.cfg, self.folder, self.strategy, self.log = cfg, folder, strategy, log
         self.estimate = estimate  # case -> predicted seconds of its chain
         self.flavors = flavors
         self.space = Space.of(cfg.spec.categories)
-        self.swept = {g for _, g in cfg.sampled}
-        self.known = known_buckets(cfg, cases)
+        self.sampled = {g for _, g in cfg.sampled}  # the sweep's own geometries
+        self.known = known_buckets(cfg, swept)
         self.entries: dict[str, dict] = {}  # case key -> journal entry
         self.geometries: dict[Geometry, str] = {}  # geometry -> its generator
         self.covered: set = set()
@@ -307,7 +307,7 @@ class Hunt:
         return out
 
     def _usable(self, g: Geometry) -> bool:
-        if g in self.geometries or g in self.swept:
+        if g in self.geometries or g in self.sampled:
             return False
         try:
             g.validate()
@@ -364,11 +364,10 @@ class Hunt:
                 + (f": {new}" if new else ""))
 
 
-def known_buckets(cfg: Config, cases: list[Case]) -> set[tuple[str, str]]:
-    """(target, bucket) of every failure the sweep's results in this build folder hold, and of
-    every listed failure: what a hunt does not count as new."""
-    known = {(c.target, signature(e)) for c, e in zip(cases, collect(cases, cfg.case_dir))
-             if e["status"] in TOOL_FAILURES}
+def known_buckets(cfg: Config, swept: list[dict]) -> set[tuple[str, str]]:
+    """(target, bucket) of every failure the sweep's results in this build folder hold (`swept`:
+    their entries), and of every listed failure: what a hunt does not count as new."""
+    known = {(e["target"], signature(e)) for e in swept if e["status"] in TOOL_FAILURES}
     known |= {(t.name, e.bucket) for t in cfg.targets for e in t.expectations}
     return known
 
@@ -392,7 +391,8 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     folder = cfg.build_dir / "hunt"
     hunt_cfg = replace(cfg, build_dir=folder, scheduler=None, shard=None)
     folder.mkdir(parents=True, exist_ok=True)
-    state = Hunt(cfg, folder, cases, strategy, seed, estimate, flavors, log)
+    swept = collect(cases, cfg.case_dir)  # the sweep's results: what is known, and cases to learn regions from
+    state = Hunt(cfg, folder, swept, strategy, seed, estimate, flavors, log)
     start, usage = time.monotonic(), _cpu()
     deadline = start + budget * SEARCH_SHARE - state.spent  # a resumed hunt goes on with the same budget
     log(f"hunt: {strategy} on {', '.join(t.name for t in cfg.targets)}, {lanes} lanes, search until "
@@ -462,7 +462,6 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         remaining = max(budget - (state.spent + time.monotonic() - start), 0.0)
         per_bucket = remaining / len(state.found)
         log(f"hunt: {len(state.found)} new buckets: bug reports, {per_bucket:.0f} s each")
-        swept = collect(cases, cfg.case_dir)
         for path in bugreports(hunt_cfg, hunt_cases, [f.bucket for f in state.found.values()], per_bucket,
                                log=log, region_entries=entries + swept):
             reports[path.parent.name] = str(path)
