@@ -8,100 +8,167 @@ from pipeline.space.geometry import Geometry
 LARGEST = Geometry(2, (16, 16), (9, 9), (1, 1), 512, 8)  # the largest reduction of the sweep
 
 
-def test_f32_bound_grows_like_k_not_like_the_worst_case():
-    k, t, b = LARGEST.reduction, 1 / np.sqrt(LARGEST.reduction), BIAS_RANGE
-    tol = tolerance.f32_accumulation(k, t, b)
-    worst_case = k * tolerance.U_F32 * k * t  # gamma_K * sum |w x|
-    assert tol < worst_case / 100
-    assert tolerance.f32_accumulation(4 * k, t, b) < 4.5 * tol
+def test_lambda_gives_at_most_1e9_per_element():
+    """Azuma-Hoeffding: P(|E| > LAMBDA u sqrt(V)) <= 2 exp(-LAMBDA**2 / 2)."""
+    assert tolerance.FALSE_ALARM <= 1e-9
+    assert 2 * np.exp(-(tolerance.LAMBDA - 0.01) ** 2 / 2) > 1e-9  # and no larger than needed
 
 
-def test_one_flipped_weight_exceeds_the_f32_bound_at_the_largest_reduction():
-    kernel, bias = conv_weights(LARGEST, 0)
-    t = float(np.abs(kernel).max())  # inputs are at most 1 in magnitude
-    tol = tolerance.f32_tolerance(np.array(1.0), LARGEST.reduction, t, float(np.abs(bias).max()))
-    median_weight = float(np.median(np.abs(kernel)))
-    # flipping w changes every output it touches by 2 |w x|; inputs reach |x| ~ 1
-    assert 2 * median_weight * 0.9 > 10 * float(tol)
+def test_q_bounds_every_partial_sum_in_any_order_and_bracketing():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        k = int(rng.integers(1, 60))
+        p = rng.normal(rng.normal(), 1.0, k) * rng.choice([1.0, 1e-3], k)
+        bias = float(rng.normal() * 3)
+        q = tolerance.partial_sum_bound(np.array(p.sum() + bias), np.array(np.abs(p).sum()), bias)
+        terms = np.append(p, bias)
+        for _ in range(5):  # prefix sums of random orders, and every subset sum a tree can form
+            order = rng.permutation(terms)
+            assert np.abs(np.cumsum(order)).max() <= q * (1 + 1e-12)
+            subset = order[rng.random(order.size) < 0.5]
+            assert abs(subset.sum()) <= q * (1 + 1e-12)
+
+
+def test_q_is_the_element_own_window_and_channel():
+    """Q follows each element's own products: a window of small inputs gets a small bound."""
+    q = tolerance.partial_sum_bound(np.array([2.0, 0.02]), np.array([10.0, 0.1]), 0.0)
+    assert q.tolist() == pytest.approx([6.0, 0.06])  # the positive products' sum, (10 + 2) / 2
+    # a negative bias adds to the negative side: P- = 4, plus 3
+    assert float(tolerance.partial_sum_bound(np.array(-1.0), np.array(10.0), -3.0)) == pytest.approx(7.0)
+
+
+def test_accumulation_bound_formula_and_units():
+    q = np.array([2.0])
+    a = tolerance.accumulation_bound(4608, q)
+    assert a[0] == pytest.approx(tolerance.LAMBDA * 2 ** -24 * np.sqrt(4608 + 4) * 2.0)
+    assert tolerance.accumulation_bound(4608, q, factors=2)[0] == pytest.approx(a[0] * np.sqrt(4616 / 4612))
+    assert tolerance.accumulation_bound(4608, q, tolerance.ACCUMULATIONS["bf16"])[0] == pytest.approx(a[0] * 2 ** 16)
+
+
+@pytest.mark.parametrize("kind", ["random", "sorted", "plus-minus", "offset-100"])
+def test_f32_accumulation_stays_within_the_bound_in_order_and_pairwise(kind):
+    """Structured data the old bound failed on: within A, summed in order and pairwise, K = 576
+    (the false-alarm rate at scale: pipeline/dev/falsealarm.py)."""
+    rng = np.random.default_rng(11)
+    k, n = 576, 2000
+    w = {"random": rng.uniform(-1, 1, k), "sorted": np.sort(rng.uniform(-1, 1, k)),
+         "plus-minus": np.repeat([1.0, -1.0], k // 2), "offset-100": rng.uniform(-1, 1, k)}[kind].astype(np.float32)
+    x = {"random": rng.uniform(-1, 1, (n, k)), "sorted": rng.uniform(0, 1, (n, k)),
+         "plus-minus": 1 + rng.uniform(-1 / 16, 1 / 16, (n, k)),
+         "offset-100": 100 + rng.uniform(-0.01, 0.01, (n, k))}[kind].astype(np.float32)
+    products = x * w
+    exact = (x.astype(np.float64) * w.astype(np.float64)).sum(axis=1)
+    a = tolerance.accumulation_bound(k, tolerance.partial_sum_bound(exact, np.abs(products.astype(np.float64)).sum(axis=1), 0.0))
+    in_order = np.cumsum(products, axis=1, dtype=np.float32)[:, -1].astype(np.float64)
+    pairwise = np.add.reduce(products, axis=1, dtype=np.float32).astype(np.float64)
+    for y in (in_order, pairwise):
+        assert (np.abs(y - exact) <= a).all()
+    assert (np.abs(in_order - exact) / a).max() > 1e-3  # not vacuous
 
 
 def test_bf16_ulp():
     assert tolerance.bf16_ulp(np.array([1.0, 1.5, 0.25, -3.0])).tolist() == [2 ** -7, 2 ** -7, 2 ** -9, 2 ** -6]
+    # just below a power of two, where np.log2 rounds up to it
+    assert tolerance.bf16_ulp(np.array([np.nextafter(16.0, 0.0)])).tolist() == [2 ** -4]
 
 
-def _bf16_neighbours(value: float) -> tuple[float, float]:
-    """The bf16 values just below and above `value` (float64)."""
-    step = float(tolerance.bf16_ulp(np.array(value))[()])
-    low = np.floor(value / step) * step
-    return low, low + step
+def _bf16_values(low: float, high: float) -> list[float]:
+    """Every bf16 number in [low, high]."""
+    out, x = [], float(tolerance.bf16_nearest(np.array(low), ties_up=True))
+    x = x if x >= low else float(tolerance._bf16_ceil(np.nextafter(np.array(x), np.inf)))
+    while x <= high:
+        out.append(x)
+        x = float(tolerance._bf16_ceil(np.nextafter(np.array(x), np.inf)))
+    return out
 
 
-def test_the_bf16_bound_passes_an_exact_tie_at_one_and_fails_a_step_beyond():
-    """Against the unrounded sum S, with no accumulation error (t = b = 0: A = 0), an output
-    exactly half a step from S (a tie) is at error/tolerance 1.000 and passes; the next bf16
-    value, a step and a half away, fails."""
-    from pipeline.checks.compare import compare
+def test_bf16_accepts_exactly_the_values_a_correct_rounding_reaches():
+    """[rn_down(S - A), rn_up(S + A)] equals the set of round-to-nearest images of [S - A, S + A]
+    (sampled densely, both tie rules), near powers of two too; and the tolerance form admits
+    exactly those bf16 values."""
+    from pipeline.checks.reference import round_to_bf16
 
-    low, high = _bf16_neighbours(0.75)
-    s = np.array([(low + high) / 2])  # a tie between two bf16 values
-    tol = tolerance.bf16_tolerance(s, 64, 0.0, 0.0)
-    assert tol[0] == (high - low) / 2
-    tie = compare("vs S", s, np.array([high]), tol)
-    assert tie.passed and tie.error_to_tolerance == 1.0
-    beyond = compare("vs S", s, np.array([high + (high - low)]), tol)
-    assert not beyond.passed and beyond.error_to_tolerance == 3.0
-
-
-def test_the_bf16_bound_holds_where_the_accumulated_value_crosses_into_the_next_binade():
-    """K = 4,608, a sum cancelled to 2**-30 and an accumulation error of 0.9992 A: the value the
-    module rounds lies in a binade far above S's. Its half step is allowed (ulp at |S| + A); half
-    a step at |S| alone would call the worst rounding of that value a failure."""
-    k, t, b = 4608, 0.02, 0.0
-    a = tolerance.f32_accumulation(k, t, b, implementations=1)
-    s = 2.0 ** -30
-    accumulated = s + 0.9992 * a
-    low, high = _bf16_neighbours(accumulated)
-    for y in (low, high):  # either rounding of the accumulated value
-        error = abs(y - s)
-        assert error <= tolerance.bf16_tolerance(np.array([s]), k, t, b)[0]
-    naive = tolerance.bf16_ulp(np.array(s))[()] / 2 + a
-    assert max(abs(low - s), abs(high - s)) > naive  # the bound without the binade fix fails it
+    rng = np.random.default_rng(5)
+    for i in range(600):
+        s = float(2.0 ** rng.integers(-6, 6) * (1 + rng.uniform(-1, 1) * 2 ** -8) * rng.choice([-1, 1])) if i % 2 \
+            else float(rng.normal() * 2.0 ** rng.integers(-8, 8))
+        a = abs(s) * 2.0 ** float(rng.integers(-14, -6)) * float(rng.uniform())
+        low, high = (float(v) for v in tolerance.bf16_accepted(np.array(s), np.array(a)))
+        reached = set(round_to_bf16(np.linspace(s - a, s + a, 3001)).astype(np.float64).tolist())
+        accepted = set(_bf16_values(low, high))
+        assert reached == accepted
+        below = float(tolerance._bf16_floor(np.nextafter(np.array(low), -np.inf)))
+        above = float(tolerance._bf16_ceil(np.nextafter(np.array(high), np.inf)))
+        for y in [below, *sorted(accepted), above]:
+            tol = float(tolerance.interval_tolerance(np.array(s), low, high, np.array(y)))
+            assert (abs(y - s) <= tol) is (low <= y <= high)
 
 
-def test_the_bf16_bound_is_half_as_wide_as_one_step_in_its_dominant_term():
-    s = np.array([0.75])
-    tol = tolerance.bf16_tolerance(s, 64, 0.1, 0.5)
-    a = tolerance.f32_accumulation(64, 0.1, 0.5, implementations=1)
-    assert tol[0] == pytest.approx(2 ** -8 / 2 + a)  # 0.75 + A stays in [0.5, 1): step 2**-8
+def test_bf16_rejects_the_neighbour_no_rounding_reaches_near_a_power_of_two():
+    """S = 1 + 2**-12, A = 2**-10: every value within A rounds to 1.0; half a step at |S| + A
+    (the bound before) also admitted 0.99609375."""
+    low, high = tolerance.bf16_accepted(np.array(1 + 2 ** -12), np.array(2 ** -10))
+    assert float(low) == float(high) == 1.0
+    tol = tolerance.interval_tolerance(np.array(1 + 2 ** -12), low, high, np.array(0.99609375))
+    assert abs(0.99609375 - (1 + 2 ** -12)) > float(tol)
 
 
-def test_f32_bound_with_drift_holds_for_non_negative_data_and_still_sees_a_flipped_weight():
-    """x ~ U(0, 1), w ~ U(0, a), K = 4,608, summed in f32 one product after another: every output
-    within the bound with its drift term (no false alarm), many outside it without (the zero-mean
-    bound is not sound here); one flipped weight still exceeds the bound."""
-    from pipeline.checks.oracle import drift, rms_product
-
-    rng = np.random.default_rng(7)
-    k, outputs, a = 4608, 400, 1 / np.sqrt(4608)
-    w = rng.uniform(0, a, (1, k)).astype(np.float32)
-    x = rng.uniform(0, 1, (outputs, k)).astype(np.float32)
-    products = (x * w).astype(np.float32)
-    sequential = np.cumsum(products, axis=1, dtype=np.float32)[:, -1].astype(np.float64)  # f32, in order
-    exact = (x.astype(np.float64) * w.astype(np.float64)).sum(axis=1)
-    r, mu = rms_product(w, x), drift(w, x)
-    assert mu > 0 and r < float(np.abs(w).max()) * float(x.max())
-    error = np.abs(sequential - exact)
-    with_drift = tolerance.f32_tolerance(exact, k, r, 0.0, implementations=1, mu=mu)
-    without = tolerance.f32_tolerance(exact, k, r, 0.0, implementations=1)
-    assert (error <= with_drift).all()
-    assert (error > without).mean() > 0.25  # about half of them
-    flipped = 2 * float(np.median(w)) * 0.5  # one median weight's sign flipped, a typical input
-    assert flipped > 10 * with_drift.max()
+def test_bf16_tie_accepted_either_way():
+    s = np.array(1 + 2 ** -8)  # halfway between 1 and 1 + 2**-7
+    low, high = tolerance.bf16_accepted(s, np.array(0.0))
+    assert (float(low), float(high)) == (1.0, 1 + 2 ** -7)
 
 
-def test_zero_mean_data_gets_no_drift_term():
-    assert tolerance.f32_accumulation(4608, 0.05, 0.5, mu=0.0) == tolerance.f32_accumulation(4608, 0.05, 0.5)
-    assert tolerance.drift_term(4608, 0.5, 0.0) == 4608 * 0.25
+def test_separate_bias_interval_holds_every_two_step_rounding():
+    """y = bf16(bf16(S0') + b) for S0' within A of S0, each rounding to nearest (either tie rule,
+    the second also through f32): every such y inside the interval, nothing beyond its ends."""
+    from pipeline.checks.reference import round_to_bf16
+
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        s0, b = float(rng.normal() * 4), float(np.float32(round_to_bf16(np.array(rng.normal() * 4)).astype(np.float64)))
+        a = abs(s0) * 2 ** -12 * float(rng.uniform())
+        low, high = (float(v) for v in tolerance.bf16_accepted_separate_bias(np.array(s0), np.array(a), b))
+        first = round_to_bf16(np.linspace(s0 - a, s0 + a, 401)).astype(np.float64)
+        direct = round_to_bf16(first + b).astype(np.float64)
+        through_f32 = round_to_bf16((first + b).astype(np.float32).astype(np.float64)).astype(np.float64)
+        for y in np.concatenate([direct, through_f32]):
+            assert low <= y <= high
+        assert low >= float(round_to_bf16(np.array(first.min() + b))) - 2 * float(tolerance.bf16_ulp(np.array(low)))
+
+
+def test_repro_form_covers_the_interval():
+    """repro.sh compares with bf16(S) as atol + rtol |e|: every accepted value passes it."""
+    from pipeline.checks.reference import round_to_bf16
+
+    rng = np.random.default_rng(2)
+    s = rng.normal(0, 3, 400)
+    a = np.abs(s) * 2 ** -10 * rng.uniform(size=400)
+    low, high = tolerance.bf16_accepted(s, a)
+    atol, rtol = tolerance.bf16_terms(float(a.max()))
+    e = round_to_bf16(s).astype(np.float64)
+    for y in (low, high):
+        assert (np.abs(y - e) <= atol + rtol * np.abs(e)).all()
+
+
+def test_channel_bound_groups_identical_windows():
+    """Elements with equal S and sum |p| may share their error: a group of m counts m**2 V."""
+    variance = np.full((1, 2, 4), 1.0)
+    distinct = (np.arange(8.0).reshape(1, 2, 4), np.ones((1, 2, 4)))
+    same = (np.ones((1, 2, 4)), np.ones((1, 2, 4)))
+    assert tolerance.channel_error_bound(variance, distinct, 1).tolist() == pytest.approx([tolerance.LAMBDA * 2] * 2)
+    assert tolerance.channel_error_bound(variance, same, 1).tolist() == pytest.approx([tolerance.LAMBDA * 4] * 2)
+
+
+def test_hybrid_bound_is_half_an_activation_step_per_weight_per_batch_element():
+    kernel = np.full((2, 3, 4), 0.01)
+    kernel[1] *= 2
+    x = np.ones((2, 5, 3))
+    x[1] *= 2.54  # the second batch element's own step
+    h = tolerance.activation_quantization(kernel, x, (2, 5, 2), channel_axis=-1)
+    step = 1 / 127
+    assert np.allclose(h[0, 0], [step / 2 * 0.12, step / 2 * 0.24])
+    assert np.allclose(h[1, 0], [2.54 * step / 2 * 0.12, 2.54 * step / 2 * 0.24])
 
 
 def test_quantize_multiplier_rounds_a_tie_away_from_zero():
@@ -115,31 +182,12 @@ def test_quantize_multiplier_rounds_a_tie_away_from_zero():
 def test_a_geometry_whose_int8_accumulator_could_overflow_is_refused_for_w8i8_only():
     from pipeline.space.refusal import refusal
 
-    fits = Geometry(2, (4, 4), (1, 1), (1, 1), 66_311, 1)  # K 255 127 = 2,147,482,935 < 2**31
+    fits = Geometry(2, (4, 4), (1, 1), (1, 1), 66_311, 1)  # K 255 127 = 66,311 x 32,385 = 2,147,481,735 < 2**31 - 1
     overflows = Geometry(2, (4, 4), (1, 1), (1, 1), 66_312, 1)
     assert refusal(fits, "tflite", "w8i8") is None
     reason = refusal(overflows, "tflite", "w8i8")
     assert "int32 accumulator could overflow" in reason and "66,311" in reason
     assert refusal(overflows, "tflite", "f32") is None and refusal(overflows, "onnx", "f32") is None
-
-
-def test_hybrid_bound_is_half_an_activation_step_per_weight():
-    kernel = np.full((2, 3, 4), 0.01)
-    kernel[1] *= 2
-    tol = tolerance.hybrid_tolerance(np.zeros((1, 5, 2)), kernel, 1.27, 12, 0.01, 0.0, channel_axis=-1)
-    step = 1.27 / 127
-    assert np.allclose(tol[0, 0], [step / 2 * 0.12, step / 2 * 0.24], rtol=1e-3)
-
-
-def test_atol_rtol_forms_match_the_per_element_tolerances():
-    e = np.array([-3.0, -0.4, 0.0, 0.02, 1.7])
-    atol, rtol = tolerance.f32_terms(300, 0.05, 0.5, implementations=2)
-    assert np.allclose(atol + rtol * np.abs(e), tolerance.f32_tolerance(e, 300, 0.05, 0.5))
-    atol, rtol = tolerance.bf16_terms(300, 0.05, 0.5)
-    exact = tolerance.bf16_tolerance(e, 300, 0.05, 0.5)
-    # against the rounded reference, the run tool's form allows up to a step more than the bound against S
-    assert np.all(atol + rtol * np.abs(e) >= exact - 1e-300)
-    assert np.all(atol + rtol * np.abs(e) <= 4 * exact)
 
 
 def _tflite_requantize(acc: int, q31: int, exponent: int) -> int:
@@ -216,29 +264,6 @@ def test_padded_space_to_depth_never_for_onnx_conv1d_grouped_or_dilated():
 
 
 def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():
-    assert tolerance.separate_bias_term(np.array([1.0, 0.3]), 64, 0.0, 0.0)[0] == 2 ** -8
-    assert tolerance.separate_bias_term(np.array([1.0, 0.3]), 64, 0.0, 0.0)[1] == 2 ** -10
+    assert tolerance.separate_bias_term(np.array([1.0, 0.3]), 0.0).tolist() == [2 ** -8, 2 ** -10]
     # at the top of a binade, with the accumulation error: the step of the binade above
-    assert tolerance.separate_bias_term(np.array([1.0 - 2 ** -20]), 64, 1.0, 0.0)[0] == 2 ** -8
-
-
-def test_converted_bound_covers_bf16_rounding_of_the_operands():
-    """An f32 conv computed from bf16-rounded operands stays within the conversion bound of the
-    exact conv, at every reduction size of the sweep."""
-    import ml_dtypes
-
-    from pipeline.checks.reference import conv_nchw
-
-    for geometry in (Geometry(2, (10, 10), (3, 3), (1, 1), 4, 4), Geometry(2, (12, 12), (5, 5), (1, 1), 256, 2)):
-        kernel, bias = conv_weights(geometry, 3)
-        x = np.random.default_rng(3).uniform(-1, 1, (1, geometry.c_in, *geometry.spatial))
-        exact = conv_nchw(x, kernel, bias, geometry)
-
-        def bf16(a):
-            return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-
-        converted = bf16(conv_nchw(bf16(x), bf16(kernel), bf16(bias), geometry))
-        t = float(np.abs(kernel).max()) * float(np.abs(x).max())
-        tol = tolerance.converted_tolerance(exact, geometry.reduction, t, float(np.abs(bias).max()))
-        assert (np.abs(converted - exact) <= tol).all()
-        assert (np.abs(converted - exact) / tol).max() > 0.01  # the bound is not vacuous
+    assert tolerance.separate_bias_term(np.array([1.0 - 2 ** -20]), 1e-5)[0] == 2 ** -8

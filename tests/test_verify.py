@@ -195,29 +195,82 @@ def test_torq_w8i8_with_a_separate_bias_add_is_bit_exact_against_tflite(tmp_path
     assert "int8_allowance_used" not in result["notes"] and "separate ADD" in result["notes"]["single_round_model"]
 
 
-def test_an_oracle_off_its_float64_bound_is_replaced_by_the_float64_conv():
-    """TFLite f32 whose oracle output is off the float64 conv of the model's weights beyond one
-    implementation's bound: the check against it gives way to the check against float64, which
-    still fails a module that is wrong; an oracle within its bound is checked as before."""
-    from pipeline.checks.oracle import drift, rms_product
+def _f32_case(rng, channels=8):
+    from pipeline.checks.oracle import abs_sum
     from pipeline.checks.reference import conv_nchw, to_channels_first, to_channels_last
 
-    g = Geometry(2, (6, 5), (3, 3), (1, 1), 4, 8)
+    g = Geometry(2, (12, 10), (3, 3), (1, 1), 4, channels)
     case = Case(g, "tflite", "f32")
-    rng = np.random.default_rng(3)
-    kernel, bias = rng.uniform(-0.3, 0.3, (8, 4, 3, 3)), rng.uniform(-0.5, 0.5, 8)
-    x = rng.uniform(-1, 1, (1, 6, 5, 4)).astype(np.float32)
+    kernel, bias = rng.uniform(-0.3, 0.3, (channels, 4, 3, 3)), rng.uniform(-0.5, 0.5, channels)
+    x = rng.uniform(-1, 1, (1, 12, 10, 4)).astype(np.float32)
     exact = to_channels_last(conv_nchw(to_channels_first(x), kernel, bias, g))
     weights = ModelWeights(kernel, bias, False)
-    refs = {"weights": weights, "float64": exact, "drift": drift(kernel, x), "rms_product": rms_product(kernel, x)}
+    refs = {"weights": weights, "float64": exact, "abs_sum": abs_sum(case, weights, x)}
+    return case, weights, x, refs, exact
+
+
+def test_the_verdict_rests_on_float64_and_an_oracle_off_it_is_only_reported():
+    """TFLite f32 whose oracle output is off the float64 conv beyond one implementation's bound:
+    the verdict is the same (float64), the cross-check fails and says so; a wrong module fails
+    whatever the oracle says."""
+    case, weights, x, refs, exact = _f32_case(np.random.default_rng(3))
     good = exact.astype(np.float32)
-    agreeing = comparisons(case, weights, x, {**refs, "expected": good}, good)
-    assert [c.name for c in agreeing] == ["vs TFLite interpreter"] and agreeing[0].passed
+    checks = comparisons(case, weights, x, {**refs, "expected": good}, good)
+    assert [c.name for c in checks] == ["vs float64 conv", "vs float64 conv, summed error per output channel"]
+    assert all(c.passed for c in checks)
     off = good.copy()
     off[..., 1] -= 5.0  # the oracle drops the sum of one channel
-    replaced = comparisons(case, weights, x, {**refs, "expected": off}, good)
-    assert [c.name for c in replaced] == ["vs float64 conv"] and replaced[0].passed
+    assert [c.passed for c in comparisons(case, weights, x, {**refs, "expected": off}, good)] == [True, True]
+    cross = verify_module.oracle_vs_float64(case, weights, x, {**refs, "expected": off})
+    assert not cross.passed and cross.name == "TFLite interpreter vs float64 conv"
+    assert verify_module.oracle_vs_float64(case, weights, x, {**refs, "expected": good}).passed
     wrong = good.copy()
     wrong[0, 0, 0, 0] += 0.01
-    assert not comparisons(case, weights, x, {**refs, "expected": off}, wrong)[0].passed
-    assert not verify_module.oracle_vs_float64(case, weights, x, {**refs, "expected": off}).passed
+    assert not comparisons(case, weights, x, {**refs, "expected": good}, wrong)[0].passed
+
+
+def test_the_tensor_test_catches_a_systematic_error_no_element_shows():
+    """Every element of one output channel moved by a third of its own bound A: no element is
+    outside, the channel's summed error is, and only that channel fails (channel sum)."""
+    case, weights, x, refs, exact = _f32_case(np.random.default_rng(4))
+    bound = verify_module.float_bound(case, weights, x, refs)
+    shifted = exact.copy()
+    shifted[..., 2] += bound.within[..., 2] / 3
+    checks = comparisons(case, weights, x, {**refs, "expected": exact}, shifted.astype(np.float32))
+    element, tensor = checks
+    assert element.passed and not tensor.passed
+    assert tensor.mismatches == 1 and tensor.worst_index == [2] and "(channel sum)" in tensor.reason
+    from pipeline.outcome.bucket import signature
+
+    assert signature("verify", tensor.reason) == \
+        "verify: vs float64 conv, summed error per output channel [channel sum]: elements outside tolerance"
+    # the same shift with alternating signs sums to (almost) nothing: not a systematic error
+    alternating = exact.copy()
+    alternating[..., 2] += bound.within[..., 2] / 3 * np.where(np.arange(exact[..., 2].size) % 2, 1, -1).reshape(
+        exact[..., 2].shape)
+    assert all(c.passed for c in comparisons(case, weights, x, {**refs, "expected": exact}, alternating.astype(np.float32)))
+
+
+def test_a_flipped_weight_fails_the_element_check():
+    case, weights, x, refs, exact = _f32_case(np.random.default_rng(5))
+    from pipeline.checks.reference import conv_nchw, to_channels_first, to_channels_last
+
+    kernel = weights.kernel.copy()
+    kernel[0, 0, 1, 1] *= -1
+    mutated = to_channels_last(conv_nchw(to_channels_first(x), kernel, weights.bias, case.geometry)).astype(np.float32)
+    [check] = comparisons(case, weights, x, {**refs, "expected": exact}, mutated)
+    assert not check.passed and check.mismatches > 0
+
+
+def test_the_summary_counts_oracles_off_their_float64_bound():
+    from pipeline.results.report import oracle_cross_check, summary
+
+    def entry(case, backend, flavor, notes):
+        return {"case": case, "status": "pass", "backend": backend, "flavor": flavor, "category": "c", "stages": {},
+                "notes": notes}
+
+    entries = [entry("conv_a", "tflite", "f32", {"oracle_vs_float64": 0.2}),
+               entry("conv_b", "tflite", "f32", {"oracle_vs_float64": 3.1, "oracle_disagrees": "TFLite ..."}),
+               entry("conv_c", "onnx", "bf16", {})]
+    assert oracle_cross_check(entries) == {"checked": 2, "disagrees": 1, "cases": ["conv_b"]}
+    assert "oracle cross-check: 1 of 2 f32 oracles disagree with the float64 conv" in summary(entries, [])

@@ -103,6 +103,34 @@ def compare(name: str, expected: np.ndarray, actual: np.ndarray, tolerance) -> C
                       float(ratio.max()) if e.size else 0.0, histogram)
 
 
+def compare_channel_sums(name: str, expected: np.ndarray, actual: np.ndarray, bounds: np.ndarray,
+                         channel_axis: int) -> Comparison:
+    """The tensor test: per output channel, the summed error sum(actual - expected) against its
+    bound (one per channel). A failure's reason says how many channels are outside, with the
+    shape `channel sum`; a non-finite sum or bound fails its channel."""
+    e, a = _as_float(expected), _as_float(actual)
+    if a.shape != e.shape:
+        return Comparison(name, False, f"shape {a.shape} != expected {e.shape}")
+    with np.errstate(invalid="ignore"):
+        sums = np.moveaxis(a - e, channel_axis, 0).reshape(e.shape[channel_axis], -1).sum(axis=1)
+    bounds = np.asarray(bounds, dtype=np.float64)
+    finite = np.isfinite(sums) & np.isfinite(bounds)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(finite, np.where(sums == 0, 0.0, np.abs(sums) / bounds), np.inf)
+    bad = ~finite | (np.abs(np.where(finite, sums, 0.0)) > bounds)
+    worst = int(np.argmax(ratio)) if ratio.size else 0
+    channels, mismatches = int(ratio.size), int(bad.sum())
+    if mismatches:
+        reason = (f"{name}: {mismatches} of {channels} channels outside tolerance (channel sum); worst channel "
+                  f"{worst}: summed error {sums[worst]:.3g} over {e.size // max(channels, 1)} elements, "
+                  f"bound {bounds[worst]:.3g}")
+    else:
+        reason = f"{name}: largest summed error / bound {float(ratio.max()) if channels else 0.0:.3g}"
+    return Comparison(name, mismatches == 0, reason, float(np.abs(sums).max()) if channels else 0.0, float("nan"),
+                      mismatches, channels, [worst], float(bounds[worst]) if channels else float("nan"),
+                      float(bounds.max()) if channels else float("nan"), float(ratio.max()) if channels else 0.0)
+
+
 CHECK, EXPECTED_BIN = "check.json", "repro-expected.bin"  # what repro.sh compares with, and how
 
 

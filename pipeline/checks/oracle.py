@@ -214,21 +214,11 @@ def accumulators(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray
     return np.rint(acc).astype(np.int64)
 
 
-def drift(kernel: np.ndarray, x: np.ndarray) -> float:
-    """mu of the tolerance policy: the largest |mean of an output channel's weights| times
-    |mean of the input| (the products' common mean; 0 for zero-mean data)."""
-    kernel, x = np.asarray(kernel, dtype=np.float64), np.asarray(x, dtype=np.float64)
-    if not kernel.size or not x.size:
-        return 0.0
-    return float(np.abs(kernel.reshape(kernel.shape[0], -1).mean(axis=1)).max() * abs(x.mean()))
-
-
-def rms_product(kernel: np.ndarray, x: np.ndarray) -> float:
-    """r of the tolerance policy: max|w| sqrt(mean(x**2)), the rms bound of one product."""
-    kernel, x = np.asarray(kernel, dtype=np.float64), np.asarray(x, dtype=np.float64)
-    if not kernel.size or not x.size:
-        return 0.0
-    return float(np.abs(kernel).max() * np.sqrt(np.mean(x * x)))
+def abs_sum(case: Case, weights: ModelWeights, x: np.ndarray) -> np.ndarray:
+    """sum |w_oj| |x_j| over each output's window, without the bias: with S and the bias, the
+    bound Q on every partial sum of the element's terms (pipeline/checks/tolerance.py)."""
+    magnitudes = ModelWeights(np.abs(weights.kernel), np.zeros_like(weights.bias), weights.weights_quantized)
+    return float64_reference(case, magnitudes, np.abs(np.asarray(x, dtype=np.float64)))
 
 
 def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False, round_weights: bool = True,
@@ -238,11 +228,12 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     dequantized weights ("exact"), for f32 the float64 conv of the weights ("float64"); for ONNX bf16 the exact sum of its bf16 operands ("sum",
     which "expected" rounds to bf16); for an f32 model the compiler runs in bf16 (`converted`)
     the exact sum of the bf16 operands ("bf16_sum") and its bf16 rounding ("bf16"), with the
-    weights and bias rounded to bf16 too where the compiler does (`round_weights`); for a target that adds the bias separately in bf16
-    (`bias_free`), the bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding
-    target (`requantize`) whose model requantizes once, every output's int32 accumulator ("accumulators");
-    and the drift mu and rms product r of the operands as the module holds them ("drift",
-    "rms_product": pipeline/checks/tolerance.py)."""
+    weights and bias rounded to bf16 too where the compiler does (`round_weights`; the bias as
+    held: "bf16_bias"); for a target that adds the bias separately in bf16 (`bias_free`), the
+    bf16 sum without the bias ("bias_free"); for w8i8 on a single-rounding target (`requantize`)
+    whose model requantizes once, every output's int32 accumulator ("accumulators"); and for the
+    float flavors sum |w| |x| over each output's window ("abs_sum"; "bf16_abs_sum" of the operands
+    as a converting compiler holds them), which bounds the partial sums (pipeline/checks/tolerance.py)."""
     weights = model_weights(case, model)
     if case.flavor == "bf16":
         total = bf16_sum(case, weights, x)
@@ -254,12 +245,14 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     elif case.flavor == "f32":  # the oracle itself is checked against it (verify: oracle_vs_float64)
         out["float64"] = float64_reference(case, weights, x)
     held, x_held = weights, x.astype(np.float64)
+    if case.flavor != "w8i8":
+        out["abs_sum"] = abs_sum(case, weights, x_held)
     if converted:
         held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)
         out["bf16_sum"] = bf16_operands_sum(case, held, x)
         out["bf16"] = round_to_bf16(out["bf16_sum"])
-    out["drift"] = drift(held.kernel, x_held)
-    out["rms_product"] = rms_product(held.kernel, x_held)
+        out["bf16_abs_sum"] = abs_sum(case, held, x_held)
+        out["bf16_bias"] = held.bias
     if bias_free:
         out["bias_free"] = float64_reference(case, replace(held, bias=np.zeros_like(held.bias)), x_held)
     if requantize and case.flavor == "w8i8" and weights.requantized_once:

@@ -1,93 +1,97 @@
-"""The tolerance policy: how far an output may be from its oracle, derived, never tuned.
+"""The tolerance policy: how far an output may be from the exact conv, derived, never tuned.
 
-Notation: K = (c_in / groups) x kernel area (products summed per output), t = max|w| * max|x| (largest
-product), b = max|bias|, r = max|w| * sqrt(mean(x**2)) (the rms bound of a product: r <= t),
-mu = the products' drift: max over output channels of |mean(w_o)| * |mean(x)|, u = unit
-roundoff (f32: 2**-24, bf16: 2**-8), S = the exact (float64) sum an output should be,
-e = expected value.  r and mu are taken from the operands as the module holds them.
+Notation, per output element n (batch, output channel o, position): its K = (c_in / groups) x
+kernel area products p_j = w_oj x_j over the window it reads (padding reads 0), bias b_o,
+S = b_o + sum p_j the exact (float64) sum, P+ and P- the sums of its positive products and of
+the magnitudes of its negative ones (P+ + P- = sum |p_j|, P+ - P- = S - b_o), and
+    Q = max(P+ + max(b_o, 0), P- + max(-b_o, 0)),
+a bound on every partial sum of the element's terms, in any order and any bracketing: a sum
+of some of them lies between -(P- + max(-b_o, 0)) and P+ + max(b_o, 0).  Q comes from two
+float64 convs of the operands as the module holds them (x with w, |x| with |w|), so it is the
+element's own: its channel's weights and bias, its own window of the input.  u = 2**-24
+(f32), the unit roundoff of the accumulation.
 
-f32 accumulation (f32, w8if32, ONNX f32).  Each of the K additions of an f32 dot product
-rounds with a relative error of at most u, independently (the probabilistic model of
-Higham & Mary), so one implementation's error has a variance of at most u**2 / 3 times the
-sum of the squared partial sums.  The model of the data: the entries of x are exchangeable
-(drawn alike, whatever their distribution: second moment q = E[x**2], mean m), and so are the
-K weights of each output channel (mean m_w).  Then, in any summation order the implementation
-picks (it cannot pick by value), a partial sum of k products, started from the bias, has
-    E[(b + s_k)**2] <= k max|w|**2 q + (|b| + k mu)**2 = k r**2 + (|b| + k mu)**2,
-mu = |m_w| |m| (the variance of the k products is at most k max|w|**2 (q - m**2); the mean of
-their sum is k m_w m for weights in a random order, and the square of that mean is what
-remains of k max|w|**2 m**2 + k**2 m_w**2 m**2).  Summed over k = 1..K this is
-K**2 r**2 / 2 + D, with the drift term
-    D = sum_k (|b| + k mu)**2 = K b**2 + |b| mu K (K + 1) + mu**2 K (K + 1) (2K + 1) / 6,
-so one implementation's error has a standard deviation of at most
-    sigma = u * sqrt(K**2 r**2 / 2 + D) / sqrt(3).
-q and mu are the sample moments of the data the case runs on.  r <= t always; for zero-mean
-uniform data r = t / sqrt(3) and the sample means are small, so the bound is tighter than the
-zero-mean bound with t, K**2 t**2 / 2 + K b**2 (measured on the default sweep:
-docs/measurements.md).  Data whose products share
-a sign (x >= 0 and w >= 0) make the partial sums grow like k mu, and D grows like K**3 mu**2:
-the drift term keeps the bound sound for them.  Comparing two f32 implementations (IREE and an
-f32 oracle), the errors add in quadrature, and each rounds its final output once more (u |e|):
-    tol = LAMBDA * sqrt(n) * sigma + n * u * |e|,   n = implementations compared, LAMBDA = 6.
-It grows like K u r, not like the worst case K u sum|w x| ~ K**2 u t, so one weight with its
-sign flipped (an error of 2 |w| |x|, about t) stays visible at K = 512 x 9 x 9.
+f32 accumulation (tflite f32, onnx f32, w8if32's float path; the accumulation of bf16 and of
+f32 models run in bf16).  The model (Higham & Mary's, without their assumption on the data):
+every rounding of a floating-point operation is r(1 + d) with |d| <= u, and each d has mean
+zero given the roundings before it.  The data are anything: no distribution, no order, no sign
+is assumed.  The module's result is then exactly S plus
+    E = sum_i d_i T_i + sum_j e_j p_j (+ sum_j f_j p_j),
+T_i the K partial sums its K additions produce (the bias's addition included; the last is the
+output itself), e_j the products' roundings (none with a fused multiply-add: fewer terms only
+lower the variance), f_j the roundings of dequantized weights (w8if32: q s computed in f32).
+Whatever the order and bracketing, |T_i| <= Q, and sum p_j**2 <= (P+ + P-)**2 <= 4 Q**2, so
+the coefficients' squares sum to at most V = (K + 4 F) Q**2, F the families of rounded factors
+(1; 2 for w8if32).  E is a martingale with bounded increments; Azuma-Hoeffding gives, for any
+data and any order,
+    P(|E| > LAMBDA u sqrt(V)) <= 2 exp(-LAMBDA**2 / 2) <= 1e-9   with LAMBDA = 6.55.
+Conditioning on the data is what removes the mixture: the bound uses this element's own Q,
+not an expectation over data, so structured data (sorted weights, weights of one sign, a bright
+patch, a large common offset) cannot push the tail past 1e-9.  Against the float64 conv
+(exact) this is the whole tolerance, n = 1:  A = LAMBDA u sqrt(K + 4 F) Q.  It grows like
+sqrt(K) Q: sqrt(K) times the typical error of zero-mean data in a random order, the price of
+holding for any order, sorted data included.
+Outside the model: rounding errors that repeat with one sign.  Identical terms added in a
+row to a growing sum do that (a constant filter on an input that is constant over its window):
+the error then approaches the worst case u sum |T_i| <= u K Q, sqrt(K) / LAMBDA times A.
 
-bf16 (ONNX bf16).  The oracle is S, the exact sum of the products of the bf16 operands.  IREE
-accumulates in f32 (an error of at most A, the f32 term above with n = 1) and rounds once to
-bf16 (at most half a bf16 step of the value it rounds, whose magnitude is at most |S| + A):
-    tol = ulp_bf16(|S| + A) / 2 + A.
-ulp_bf16(|S| + A), not ulp_bf16(|S|): where the accumulated value lies in the binade above S's,
-its step is the larger one.  An output exactly half a step from S (a tie) has error/tolerance
-1.000 and passes; one more step fails.
+Accumulation in bf16 (a profile's accumulation = "bf16": partial sums rounded to bf16, tile by
+tile or at every addition).  The same model with |d| <= 2**-8 for those roundings: A takes
+u = 2**-8 (an upper bound whatever the tile: each rounding is to f32 or to bf16).
+
+bf16 outputs (onnx bf16; f32 models a compiler runs in bf16).  The module accumulates within A
+of S and rounds the result once to bf16, to nearest.  The values a correct rounding reaches are
+exactly the bf16 numbers in  [rn_down(S - A), rn_up(S + A)],  rn_down (rn_up) rounding to
+nearest with ties toward -inf (+inf): either tie rule is accepted, nothing else.  (As a
+tolerance around S, on the side the output lies: up to halfway to the next bf16 number past
+the interval's end, which admits the same bf16 values and gives error / tolerance < 1 a meaning.)  Near a power
+of two this is tighter than a half step at |S| + A, which admits a neighbour no rounding reaches.
+A target that adds the bias in a separate bf16 step (profile bf16_bias_add =
+"padded-space-to-depth", below) computes y = bf16(r + b), r a bf16 rounding of the bias-free
+sum within A of S0: r in [rn_down(S0 - A), rn_up(S0 + A)], and r + b rounded to bf16 (possibly
+through f32 first: the interval's ends are taken through f32 rounded outward) gives
+[rn_down(rd_f32(r_lo + b)), rn_up(ru_f32(r_hi + b))].
+
+w8if32.  Two implementations are correct, and the bound admits both, per element:
+  - float activations (IREE): the f32 accumulation above with the dequantized weights rounded
+    to f32 (F = 2);
+  - activations quantized per batch element, as TFLite's hybrid kernel does: a step
+    s_x <= max|x_n| / 127 over the batch element's input (symmetric; an asymmetric step
+    (max - min) / 255 is smaller; zero, hence padding, is exact in both), so each input is off
+    by at most s_x / 2 and output channel o by at most H = (s_x / 2) sum |W_o|, rigorously; the
+    int8 products are summed exactly in int32, then scaled by s_x s_w (two f32 roundings) and
+    the bias added (one more): 3 u (sum |p_j| + H + |b_o|) bounds those, to first order
+    (u**2 terms are below 2**-40 relative).
+  A = max(float path, H + 3 u (sum |p_j| + H + |b_o|)).
+
+f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
+--torq-convert-io-dtype).  The reference is S of the operands as the module holds them: the
+input rounded to bf16, and where the profile says the compiler converts the weights
+(converts_weights) the weights and bias rounded to bf16 too (w8if32: its dequantized weights as
+f32, then rounded).  The bf16 output check above applies.  The flavor's own oracle is no part
+of the verdict (below).
+
+The oracle as a cross-check.  Every verdict rests on the float64 conv of the model's own
+weights (n = 1).  The f32 oracles (TFLite interpreter, onnxruntime, TFLite's hybrid kernel) are
+checked against the same float64 conv under one implementation's bound (the hybrid kernel: the
+w8if32 bound); one outside it is reported with both figures, never used for the verdict.
+
+The tensor test (f32 outputs).  Under the model the roundings of different elements are
+separate operations, so their errors E_n are independent, except that elements reading
+identical windows (equal S and sum |p|, hence the same terms) may repeat the same operations
+and errors: such elements form one group g of m_g elements with one error.  Per output channel,
+the summed error  Z_o = sum_n (y_n - S_n) = sum_g m_g E_g  is then a martingale too, with
+increments bounded by m_g u sqrt(V_g), and
+    P(|Z_o| > LAMBDA u sqrt(sum_g m_g**2 V_g)) <= 1e-9   per channel (Azuma-Hoeffding, as above).
+It sees a systematic error (every element of a channel moved one way) sqrt(number of distinct
+windows) times smaller than the element bound does.  w8if32: max of that and sum_n H_n (the
+hybrid path's error is deterministic, so it adds).  bf16 outputs get none: their one rounding
+hides any error smaller than the distance to a rounding boundary, and which elements lie near
+one is not random under the model.
 
 w8i8.  Against the TFLite reference kernels IREE is expected to be bit-exact: tol = 0 LSB.
 Every accumulator must fit int32: a geometry whose worst case K * 255 * 127 (|x - zp| <= 255,
 |w| <= 127) exceeds 2**31 - 1 is refused for w8i8 (pipeline/space/refusal.py).
-
-w8if32 against the TFLite interpreter.  TFLite quantizes the activations on the fly to int8
-with a step s_x <= max|x| / 127 (symmetric; an asymmetric step (max - min) / 255 is
-smaller), so each input carries an error of at most s_x / 2, and output channel o is off by
-at most  (s_x / 2) * sum |W_o|  (a rigorous bound), plus the f32 term (n = 2).
-
-w8if32 against the exact conv of its dequantized weights.  The reference is float64, exact
-(no rounding of its own), so the f32 term has n = 1: one implementation's accumulation and
-its one final rounding.
-
-f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
---torq-convert-io-dtype: bf16 inputs, weights and outputs).  Two checks, both must pass:
-  - tight, against S, the exact conv of the operands as the module holds them: the input
-    rounded to bf16 (nearest even), and where the profile says the compiler converts the
-    weights too (converts_weights: torq-compile --torq-convert-dtypes) the weights and bias
-    rounded to bf16 (w8if32: the dequantized weights, as f32, then rounded); the bf16 policy
-    above applies.  This keeps the teeth: one flipped weight still shows at K = 512 x 9 x 9.
-  - against the flavor's own oracle e (TFLite, onnxruntime, the float64 conv of w8if32's
-    dequantized weights), with the conversion as the error model: each product w x becomes
-    w x (1 + a)(1 + b), |a|, |b| <= u_bf16, independent rounding errors of variance at most
-    u_bf16**2 / 3, so the K products' error has a standard deviation of at most
-        sigma_conv = u_bf16 * t * sqrt(2 K / 3)
-    (each input element meets one weight per output: the K errors are independent), plus
-    u_bf16 * b for the bias and the f32 term (n = 2 against an f32 oracle, n = 1 against
-    w8if32's exact conv): the value the module rounds to bf16 is within
-        C = LAMBDA * sigma_conv + u_bf16 * b + f32 term
-    of e, and the one rounding adds half a step:  tol = ulp_bf16(|e| + C) / 2 + C.
-    Too loose to see one flipped weight at large K: the tight check is there for that.
-
-A target that adds the bias in a separate bf16 step rounds the accumulated bias-free sum to
-bf16 before adding the bias: y = bf16(bf16(S0') + b), |S0' - S0| <= A.  The first rounding
-is within ulp_bf16(|S0| + A) / 2 of S0', so the value the second rounding sees is within
-A + ulp_bf16(|S0| + A) / 2 of S, and its bf16 checks take that sum for A above.  Where S0 and
-b nearly cancel, that step is far larger than one step of the output.  torq-compile 2.3.0
-does so in one case only (profile bf16_bias_add =
-"padded-space-to-depth"; read in its source and checked element by element on its simulator):
-an f32 model it converts to bf16 (--torq-convert-dtypes), whose conv is a Conv2D with one group
-and no dilation outside the hardware's native range (a kernel side above 7, a stride above 2,
-or unequal strides), which torq rewrites as a stride-1 conv over a space-to-depth input; and
-only where that rewrite pads the input: on an axis of stride s > 1, input X (with padding) and
-kernel k, when X mod s != 0 and (k mod s == 0 or X mod s < k mod s).  The padded conv's output
-is then cropped between the conv (run with a zero bias) and a separate bf16 add of the bias.
-Everywhere else the bias is fused into the f32 accumulation: native bf16 models, Conv1D (an
-ONNX conv_1d; a TFLite Conv1D is a Conv2D of height 1), stride-2 convs with kernels up to 7,
-unpadded rewrites.
 
 w8i8 on a target whose requantization rounds once (profile int8_rounding = "single-round").
 TFLite's reference kernels requantize acc * M / 2**S (M a 31-bit multiplier) in two
@@ -115,106 +119,165 @@ import numpy as np
 U_F32 = 2.0 ** -24
 BF16_MANTISSA_BITS = 7
 U_BF16 = 2.0 ** -(BF16_MANTISSA_BITS + 1)  # unit roundoff of bf16, round to nearest
-LAMBDA = 6.0  # Gaussian tail: P(|err| > 6 sigma) ~ 2e-9 per element, before t's own margin
+ACCUMULATIONS = {"f32": U_F32, "bf16": U_BF16}  # a profile's accumulation -> its unit roundoff
+LAMBDA = 6.55  # Azuma-Hoeffding: 2 exp(-LAMBDA**2 / 2) = 9.4e-10 <= 1e-9 per element (per channel: tensor test)
+FALSE_ALARM = 2.0 * np.exp(-LAMBDA ** 2 / 2.0)
 
 
-def drift_term(k: int, b: float, mu: float) -> float:
-    """D = sum over k = 1..K of (|b| + k mu)**2: the bias and the products' common mean in the
-    partial sums (K b**2 for zero-mean data)."""
-    k, b, mu = float(k), abs(float(b)), abs(float(mu))
-    return k * b * b + b * mu * k * (k + 1) + mu * mu * k * (k + 1) * (2 * k + 1) / 6.0
+def partial_sum_bound(total: np.ndarray, abs_sum: np.ndarray, bias) -> np.ndarray:
+    """Q per element: a bound on every partial sum of its terms in any order, from S (`total`,
+    the bias included), sum |p_j| (`abs_sum`) and the bias, broadcast alike."""
+    total, abs_sum = np.asarray(total, dtype=np.float64), np.asarray(abs_sum, dtype=np.float64)
+    bias = np.asarray(bias, dtype=np.float64)
+    bias_free = total - bias
+    positive, negative = (abs_sum + bias_free) / 2.0, (abs_sum - bias_free) / 2.0
+    return np.maximum(np.maximum(positive, 0.0) + np.maximum(bias, 0.0),
+                      np.maximum(negative, 0.0) + np.maximum(-bias, 0.0))
 
 
-def f32_accumulation(k: int, t: float, b: float, implementations: int = 2, mu: float = 0.0) -> float:
-    """LAMBDA standard deviations of the f32 rounding error of n K-term dot products; `t` bounds
-    a product's rms (r, or the larger max|w| max|x|)."""
-    sigma = U_F32 * np.sqrt(k * k * t * t / 2.0 + drift_term(k, b, mu)) / np.sqrt(3.0)
-    return float(LAMBDA * np.sqrt(implementations) * sigma)
+def accumulation_variance(k: int, q: np.ndarray, unit: float = U_F32, factors: int = 1) -> np.ndarray:
+    """u**2 V = u**2 (K + 4 F) Q**2: the variance proxy of one element's accumulation error."""
+    return unit * unit * (k + 4.0 * factors) * np.square(np.asarray(q, dtype=np.float64))
 
 
-def f32_terms(k: int, t: float, b: float, implementations: int = 2, mu: float = 0.0) -> tuple[float, float]:
-    """The f32 tolerance as atol + rtol |e| (the form iree-run-module's checks take)."""
-    return f32_accumulation(k, t, b, implementations, mu), implementations * U_F32
+def accumulation_bound(k: int, q: np.ndarray, unit: float = U_F32, factors: int = 1) -> np.ndarray:
+    """A = LAMBDA u sqrt(K + 4 F) Q: one implementation's accumulation error, exceeded with
+    probability at most 1e-9 per element, for any data and summation order."""
+    return LAMBDA * np.sqrt(accumulation_variance(k, q, unit, factors))
 
 
-def f32_tolerance(expected: np.ndarray, k: int, t: float, b: float, implementations: int = 2,
-                  mu: float = 0.0) -> np.ndarray:
-    """Per-element tolerance of an f32 conv against another f32 (or exact, n = 1) computation."""
-    atol, rtol = f32_terms(k, t, b, implementations, mu)
-    return atol + rtol * np.abs(np.asarray(expected, dtype=np.float64))
+def activation_quantization(kernel: np.ndarray, x: np.ndarray, shape: tuple, channel_axis: int) -> np.ndarray:
+    """H: what quantizing the activations per batch element (TFLite's hybrid kernel) may add to
+    an output of output channel o, (s_x / 2) sum |W_o|, s_x = max|x_n| / 127, broadcast to `shape`
+    (the output's; batch on axis 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    steps = np.abs(x.reshape(x.shape[0], -1)).max(axis=1) / 127.0 if x.size else np.zeros(x.shape[0])
+    per_channel = np.abs(np.asarray(kernel, dtype=np.float64)).reshape(kernel.shape[0], -1).sum(axis=1)
+    channel = [1] * len(shape)
+    channel[channel_axis] = -1
+    batch = [1] * len(shape)
+    batch[0] = -1
+    return np.broadcast_to(steps.reshape(batch) / 2.0 * per_channel.reshape(channel), shape)
+
+
+def hybrid_bound(abs_sum: np.ndarray, bias, quantization: np.ndarray) -> np.ndarray:
+    """The hybrid path's error: H + 3 u (sum |p| + H + |b|) (int32 accumulation exact; the scale
+    product, the scaling and the bias add round)."""
+    return quantization + 3.0 * U_F32 * (np.asarray(abs_sum) + quantization + np.abs(np.asarray(bias)))
+
+
+# --- bf16: the values a correct rounding reaches -----------------------------------------------
+
+_BF16_MIN_EXPONENT = -126  # smallest normal exponent; below it the spacing stays 2**-133
+
+
+def _binade(v: np.ndarray) -> np.ndarray:
+    """floor(log2 |v|), exactly (np.log2 rounds up just below a power of two), at least the
+    smallest normal exponent of bf16."""
+    _, exponent = np.frexp(np.maximum(np.abs(np.asarray(v, dtype=np.float64)), 2.0 ** _BF16_MIN_EXPONENT))
+    return (exponent - 1).astype(np.float64)
+
+
+def _bf16_spacing(v: np.ndarray) -> np.ndarray:
+    """The spacing of bf16 numbers in the binade of |v| (the subnormals' below the normal range)."""
+    return 2.0 ** (_binade(v) - BF16_MANTISSA_BITS)
+
+
+def _bf16_floor(v: np.ndarray) -> np.ndarray:
+    """The largest bf16 number <= v (float64 in, float64 out, exact)."""
+    v = np.asarray(v, dtype=np.float64)
+    step = _bf16_spacing(v)
+    return np.floor(v / step) * step  # a power-of-two step: exact; a negative v just above -2**e floors to it
+
+
+def _bf16_ceil(v: np.ndarray) -> np.ndarray:
+    return -_bf16_floor(-np.asarray(v, dtype=np.float64))
+
+
+def bf16_nearest(v: np.ndarray, ties_up: bool) -> np.ndarray:
+    """v rounded to the nearest bf16 number, a tie going toward +inf (`ties_up`) or -inf."""
+    v = np.asarray(v, dtype=np.float64)
+    low, high = _bf16_floor(v), _bf16_ceil(v)
+    below, above = v - low, high - v
+    take_high = (above < below) | ((above == below) & ties_up)
+    return np.where(take_high, high, low)
+
+
+def _f32_outward(v: np.ndarray, up: bool) -> np.ndarray:
+    """v rounded to f32 toward +inf (`up`) or -inf."""
+    v = np.asarray(v, dtype=np.float64)
+    f = v.astype(np.float32)
+    wide = f.astype(np.float64)
+    if up:
+        return np.where(wide < v, np.nextafter(f, np.float32(np.inf)), f).astype(np.float64)
+    return np.where(wide > v, np.nextafter(f, np.float32(-np.inf)), f).astype(np.float64)
+
+
+def bf16_accepted(total: np.ndarray, within: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[rn_down(S - A), rn_up(S + A)]: every bf16 value a correct rounding of a value within A of
+    S reaches, under either tie rule (the ends are taken outward in float64, one ulp of 2**-52)."""
+    total, within = np.asarray(total, dtype=np.float64), np.asarray(within, dtype=np.float64)
+    low = np.nextafter(total - within, -np.inf)
+    high = np.nextafter(total + within, np.inf)
+    return bf16_nearest(low, ties_up=False), bf16_nearest(high, ties_up=True)
+
+
+def bf16_accepted_separate_bias(bias_free: np.ndarray, within: np.ndarray, bias) -> tuple[np.ndarray, np.ndarray]:
+    """y = bf16(r + b), r a correct bf16 rounding of a value within A of S0 (`bias_free`): the
+    first rounding's interval shifted by b, each end rounded outward to f32, then to bf16."""
+    first_low, first_high = bf16_accepted(bias_free, within)
+    bias = np.asarray(bias, dtype=np.float64)
+    return (bf16_nearest(_f32_outward(first_low + bias, up=False), ties_up=False),
+            bf16_nearest(_f32_outward(first_high + bias, up=True), ties_up=True))
+
+
+def interval_tolerance(reference: np.ndarray, low: np.ndarray, high: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """The tolerance around `reference` on the side `actual` lies, for a bf16 `actual`: the
+    distance to halfway between the interval's end and the next bf16 number beyond it.
+    |actual - S| <= it exactly when low <= actual <= high (no bf16 number lies in the half steps
+    added), and error / tolerance says how near the edge a passing value is."""
+    reference, actual = np.asarray(reference, dtype=np.float64), np.asarray(actual, dtype=np.float64)
+    low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    above = _bf16_ceil(np.nextafter(high, np.inf))  # the smallest bf16 number past the interval
+    below = _bf16_floor(np.nextafter(low, -np.inf))
+    return np.where(actual >= reference, (high + above) / 2.0 - reference, reference - (low + below) / 2.0)
 
 
 def bf16_ulp(values: np.ndarray) -> np.ndarray:
     """Spacing of bf16 numbers at |values| (normal range; below it, the smallest normal's, which
     is wider than the subnormals' spacing)."""
-    v = np.abs(np.asarray(values, dtype=np.float64))
-    tiny = 2.0 ** -126
-    exponent = np.floor(np.log2(np.maximum(v, tiny)))
-    return 2.0 ** (exponent - BF16_MANTISSA_BITS)
+    return _bf16_spacing(values)
 
 
-def rounded_once(unrounded: np.ndarray, within) -> np.ndarray:
-    """The tolerance of a value that lies within `within` of `unrounded` and is then rounded once
-    to bf16 (nearest): `within` plus half a bf16 step at |unrounded| + within (the step of the
-    binade the value may have reached)."""
-    within = np.asarray(within, dtype=np.float64)
-    return bf16_ulp(np.abs(np.asarray(unrounded, dtype=np.float64)) + within) / 2.0 + within
-
-
-def bf16_tolerance(unrounded: np.ndarray, k: int, t: float, b: float, mu: float = 0.0, bias_step=0.0) -> np.ndarray:
-    """bf16 output of an f32 accumulation against the exact sum S of its bf16 operands (`unrounded`):
-    ulp_bf16(|S| + A) / 2 + A, A the f32 term (n = 1) plus, for a separate bias add, `bias_step`."""
-    return rounded_once(unrounded, f32_accumulation(k, t, b, implementations=1, mu=mu) + np.asarray(bias_step))
-
-
-def bf16_terms(k: int, t: float, b: float, mu: float = 0.0) -> tuple[float, float]:
+def bf16_terms(within: float) -> tuple[float, float]:
     """An atol + rtol |e| bound against the bf16-rounded reference e = bf16(S) (what a run tool
-    compares with): |y - e| <= |y - S| + ulp_bf16(|S|) / 2 <= ulp_bf16(|S| + A) + A
-    <= 2**-7 (|S| + A) + A, and |S| <= |e| (1 + 2**-8).  Looser than the sweep's check against
-    S by up to a bf16 step."""
-    a = f32_accumulation(k, t, b, implementations=1, mu=mu)
+    compares with), from the largest A: |y - e| <= |y - S| + ulp_bf16(|S|) / 2 <= ulp_bf16(|S| + A)
+    + A <= 2**-7 (|S| + A) + A, and |S| <= |e| (1 + 2**-8).  Looser than the sweep's check by up
+    to a bf16 step."""
     step = 2.0 ** -BF16_MANTISSA_BITS
-    return a * (1.0 + step), step * (1.0 + U_BF16)
+    return within * (1.0 + step), step * (1.0 + U_BF16)
 
 
-def activation_quantization(expected: np.ndarray, kernel: np.ndarray, max_x: float, channel_axis: int) -> np.ndarray:
-    """What TFLite's hybrid kernel's on-the-fly quantization of the activations may add, per
-    output channel: (s_x / 2) sum |W_o|, s_x = max|x| / 127, shaped to broadcast against `expected`."""
-    step = max_x / 127.0
-    per_channel = step / 2.0 * np.abs(kernel).reshape(kernel.shape[0], -1).sum(axis=1)
-    shape = [1] * np.ndim(expected)
-    shape[channel_axis] = -1
-    return per_channel.reshape(shape)
+def separate_bias_term(bias_free: np.ndarray, within: float) -> np.ndarray:
+    """Half a bf16 step of the accumulated bias-free sum, rounded before a separate bias add
+    (repro.sh's allowance for it): ulp_bf16(|S0| + A) / 2."""
+    return bf16_ulp(np.abs(np.asarray(bias_free, dtype=np.float64)) + within) / 2.0
 
 
-def hybrid_tolerance(expected: np.ndarray, kernel: np.ndarray, max_x: float, k: int, t: float, b: float,
-                     channel_axis: int, mu: float = 0.0, implementations: int = 2) -> np.ndarray:
-    """w8if32 against TFLite's hybrid kernel (n = 2; the hybrid kernel against the exact conv: n = 1)."""
-    return (activation_quantization(expected, kernel, max_x, channel_axis)
-            + f32_tolerance(expected, k, t, b, implementations=implementations, mu=mu))
+# --- the tensor test ------------------------------------------------------------------------------
 
-
-def bf16_conversion(k: int, t: float, b: float) -> float:
-    """LAMBDA standard deviations of the error of rounding K operand pairs to bf16, plus the bias."""
-    return float(LAMBDA * U_BF16 * t * np.sqrt(2.0 * k / 3.0) + U_BF16 * b)
-
-
-def converted_tolerance(expected: np.ndarray, k: int, t: float, b: float, implementations: int = 2,
-                        mu: float = 0.0, bias_step=0.0, oracle_bound=0.0, r: float | None = None) -> np.ndarray:
-    """An f32 model run in bf16 against the flavor's f32 oracle (n = 2) or the exact conv (n = 1):
-    the value rounded to bf16 is within C = conversion (with t) + f32 term (with r, else t)
-    (+ `oracle_bound`, the oracle's own bound, e.g. the hybrid kernel's) of e; one rounding adds
-    half a step at |e| + C."""
-    within = (bf16_conversion(k, t, b) + f32_tolerance(expected, k, t if r is None else r, b, implementations, mu)
-              + np.asarray(bias_step) + np.asarray(oracle_bound))
-    return rounded_once(expected, within)
-
-
-def separate_bias_term(bias_free: np.ndarray, k: int, t: float, b: float, mu: float = 0.0) -> np.ndarray:
-    """Half a bf16 step of the accumulated bias-free sum, rounded before a separate bias add:
-    ulp_bf16(|S0| + A) / 2, A the f32 term (n = 1)."""
-    a = f32_accumulation(k, t, b, implementations=1, mu=mu)
-    return bf16_ulp(np.abs(np.asarray(bias_free, dtype=np.float64)) + a) / 2.0
+def channel_error_bound(variance: np.ndarray, keys: tuple, channel_axis: int) -> np.ndarray:
+    """Per output channel, LAMBDA sqrt(sum_g m_g**2 u**2 V_g): the bound on the channel's summed
+    error, elements with identical `keys` (arrays of the output's shape: S and sum |p|) taken as
+    one group whose errors may be equal."""
+    moved = [np.moveaxis(np.asarray(a, dtype=np.float64), channel_axis, 0) for a in (variance, *keys)]
+    channels = moved[0].shape[0]
+    bounds = np.empty(channels)
+    for o in range(channels):
+        var, *key = (a[o].reshape(-1) for a in moved)
+        _, first, counts = np.unique(np.stack(key, axis=1), axis=0, return_index=True, return_counts=True)
+        bounds[o] = LAMBDA * np.sqrt(np.sum(np.square(counts.astype(np.float64)) * var[first]))
+    return bounds
 
 
 def padded_space_to_depth(geometry, backend: str) -> bool:

@@ -42,7 +42,7 @@ _NORMALIZE = [
     (re.compile(r"(?:<path>|<unknown>|<case>|[\w.-]+\.mlir(?:bc)?)(?::<n>)*: (?=(?:error|warning|note|remark):)"),
      "<loc>: "),
 ]
-_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ elements outside tolerance(?: \(([a-z -]+)\))?")
+_FAILED_CHECK = re.compile(r"(vs .*?): \d+ of \d+ (?:elements|channels) outside tolerance(?: \(([a-z -]+)\))?")
 
 
 def normalize(text: str) -> str:

@@ -176,6 +176,14 @@ def bias_step(entries: list[dict]) -> dict:
             "needed_by_passing": sum(n == "needed" and e["status"] in (PASS, XPASS) for n, e in zip(notes, entries))}
 
 
+def oracle_cross_check(entries: list[dict]) -> dict:
+    """How many cases had their f32 oracle cross-checked against the float64 conv, and which
+    disagreed beyond its bound (the verdict rests on float64: pipeline/checks/verify.py)."""
+    checked = [e for e in entries if "oracle_vs_float64" in (e.get("notes") or {})]
+    off = [e["case"] for e in checked if "oracle_disagrees" in e["notes"]]
+    return {"checked": len(checked), "disagrees": len(off), "cases": off}
+
+
 def refusal_summary(refused: list) -> list[str]:
     """Lines on the cases not generated, grouped by reason (cases.Refused entries)."""
     if not refused:
@@ -229,6 +237,10 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if harness:
         parts.append(f"HARNESS ERRORS: {len(harness)} cases failed in conv-sweep itself (never expected), e.g. "
                      f"{harness[0]['case']}: {harness[0]['reason'][:160]}")
+    cross = oracle_cross_check(entries)
+    if cross["disagrees"]:
+        parts.append(f"oracle cross-check: {cross['disagrees']} of {cross['checked']} f32 oracles disagree with the "
+                     f"float64 conv beyond their bound (the verdicts rest on float64), e.g. {cross['cases'][0]}")
     step = bias_step(entries)
     if step["applies"]:
         parts.append(f"separate bf16 bias step (padded space-to-depth rewrite): applies to {step['applies']} cases, "
@@ -289,6 +301,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     cols, rows = summary_rows(entries)
     document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
                 "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),
+                "oracle_cross_check": oracle_cross_check(entries),
                 "stage_seconds": stage_totals(entries), "store": store_hits(entries),
                 "performance": by_flavor(entries),
                 "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}

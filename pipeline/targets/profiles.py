@@ -26,6 +26,7 @@ MLIR_FORMS = ("text", "bytecode")  # text MLIR as IREE 3.13 prints it, or the im
 IO_MODES = ("npy", "bin")  # .npy files where the dtype allows (bf16 always as raw bytes), or always raw
 INT8_ROUNDING = ("tflite", "single-round")  # see tolerance.py
 BF16_BIAS_ADD = ("fused", "padded-space-to-depth")  # see tolerance.py
+ACCUMULATIONS = ("f32", "bf16")  # the format its conv's partial sums are rounded to (see tolerance.py)
 TOOLCHAINS = ("torq",)  # a profile's own toolchain (`doit toolchain`); a versioned stock IREE profile gets "iree"
 VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*")  # a release as PyPI spells it
 
@@ -51,6 +52,7 @@ class Profile:
     int8_rounding: str = "tflite"  # how its int8 requantization rounds
     converts_weights: bool = False  # running an f32 model in bf16, its compiler rounds weights and bias too
     bf16_bias_add: str = "fused"  # "padded-space-to-depth": where, the bias-free sum is rounded to bf16 before the bias is added
+    accumulation: str = "f32"  # "bf16": its partial sums are rounded to bf16 (the bounds take bf16's unit roundoff)
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
@@ -99,7 +101,7 @@ class Profile:
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name", "version"}
-_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
+_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "accumulation", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
                        "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags"}
 
 
@@ -162,7 +164,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
             not all(isinstance(v, str) and v for v in functions.values()):
         raise ConfigError(f"{here}.functions", functions, 'must name the entry function of "tflite" and "onnx"')
     for field, allowed in (("mlir", MLIR_FORMS), ("io", IO_MODES), ("int8_rounding", INT8_ROUNDING),
-                           ("bf16_bias_add", BF16_BIAS_ADD)):
+                           ("bf16_bias_add", BF16_BIAS_ADD), ("accumulation", ACCUMULATIONS)):
         if field in data and data[field] not in allowed:
             raise ConfigError(f"{here}.{field}", data[field], f"must be one of {', '.join(allowed)}")
     for field in ("flavors", "compile_only"):
@@ -190,6 +192,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         flavors=tuple(data["flavors"]), compile_only=tuple(data.get("compile_only", [])),
         expected_output=data.get("expected_output", True), converts_weights=data.get("converts_weights", False),
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
+        accumulation=data.get("accumulation", "f32"),
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
         calibration=calibration, fixed_addresses=data.get("fixed_addresses", False),
