@@ -116,3 +116,12 @@ def test_a_listed_numeric_failure_whose_shape_changes_is_changed():
                                                          f"({shape}); max abs error inf"))
         assert worse.status == CHANGED
         assert worse.notes["observed_bucket"] == f"verify: vs onnxruntime [{shape}]: elements outside tolerance"
+
+
+def test_a_slash_inside_a_word_is_no_path():
+    """'input/output' in a diagnostic stays as it is; real paths become <path>."""
+    from pipeline.outcome.bucket import normalize
+
+    assert normalize("op inferred input/output operand #1") == "op inferred input/output operand #<n>"
+    assert normalize("cannot open /tmp/a/b.mlir, --input=@/tmp/in.npy") == "cannot open <path>, --input=@<path>"
+    assert normalize("../model.mlir:7:10: error: x") == "<loc>: error: x"

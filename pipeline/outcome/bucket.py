@@ -30,7 +30,8 @@ from pipeline.space.expected import TIMEOUT_BUCKET
 
 _NORMALIZE = [
     (re.compile(r"conv_(tflite|onnx)_\w+"), "<case>"),
-    (re.compile(r"(?:[A-Za-z]:|\.\.?)?/[^\s'\"():,]+"), "<path>"),  # absolute, or ./ ../ relative
+    # absolute, or ./ ../ relative; not a slash inside a word ("input/output")
+    (re.compile(r"(?:[A-Za-z]:|\.\.?|(?<![\w.]))/[^\s'\"():,]+"), "<path>"),
     (re.compile(r"tensor<[^>]*>"), "tensor<...>"),
     (re.compile(r"\b(?:\d+x)+(?:[a-z]+\d*|\d+)\b"), "<shape>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
