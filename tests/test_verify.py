@@ -274,3 +274,15 @@ def test_the_summary_counts_oracles_off_their_float64_bound():
                entry("conv_c", "onnx", "bf16", {})]
     assert oracle_cross_check(entries) == {"checked": 2, "disagrees": 1, "cases": ["conv_b"]}
     assert "oracle cross-check: 1 of 2 f32 oracles disagree with the float64 conv" in summary(entries, [])
+
+
+def test_the_int32_guard_counts_the_bias():
+    """K = 66,311 products of 255 x 127 fit int32 (66,311 x 32,385 = 2,147,481,735, 1,912 below
+    2**31 - 1); with a bias of 1,913 the accumulator could overflow: the case cannot be checked
+    bit-exactly."""
+    kernel = np.full((1, 66_311), 127, dtype=np.int64)
+    fits = ModelWeights(kernel.astype(np.float64), np.zeros(1), True, kernel_int=kernel, bias_int=np.array([1_912]))
+    verify_module.int32_guard(fits)
+    over = ModelWeights(kernel.astype(np.float64), np.zeros(1), True, kernel_int=kernel, bias_int=np.array([-1_913]))
+    with pytest.raises(RuntimeError, match="bias"):
+        verify_module.int32_guard(over)

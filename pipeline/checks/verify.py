@@ -142,6 +142,20 @@ def single_round_expected(case: Case, weights: oracle.ModelWeights, refs: dict) 
     return single, int((single != double).sum())
 
 
+def int32_guard(weights: oracle.ModelWeights) -> None:
+    """w8i8: every accumulator of the model fits int32 for any input, its bias counted:
+    255 sum |w_o| + |bias_o| (|x - zp| <= 255) for the stored integers of each output channel. A
+    geometry refused for w8i8 (pipeline/space/refusal.py) fails this without its bias; a model
+    that fails it only with its bias cannot be checked bit-exactly either: a harness error, raised."""
+    if weights.kernel_int is None or weights.bias_int is None:
+        return
+    worst = 255 * np.abs(weights.kernel_int).reshape(weights.kernel_int.shape[0], -1).sum(axis=1) + \
+        np.abs(weights.bias_int)
+    if int(worst.max()) > INT32_MAX:
+        raise RuntimeError(f"the int32 accumulator could overflow: 255 sum |w_o| + |bias_o| reaches {int(worst.max()):,} "
+                           "> 2**31 - 1 (output channel " + str(int(np.argmax(worst))) + "): the bit-exact check cannot vouch")
+
+
 ORACLE_NAMES = {("tflite", "f32"): "TFLite interpreter", ("tflite", "w8if32"): "TFLite hybrid kernel",
                 ("onnx", "f32"): "onnxruntime"}
 
@@ -171,6 +185,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
         return [_bf16_check(f"vs float64 conv of the {operands}, rounded to bf16", case, refs["bf16_sum"],
                             refs["bf16_abs_sum"], refs["bf16_bias"], actual, profile, refs.get("bias_free"))]
     if case.flavor == "w8i8":
+        int32_guard(weights)
         if profile is not None and profile.int8_rounding == "single-round" and "accumulators" in refs:
             # (the oracle gives accumulators only where the model requantizes once)
             single, _ = single_round_expected(case, weights, refs)

@@ -18,7 +18,9 @@ INT8_PRODUCT_MAX, INT32_MAX = 255 * 127, 2 ** 31 - 1
 
 
 def int32_overflow(geometry: Geometry) -> str | None:
-    """Why a full-int8 model of this geometry could overflow its int32 accumulator, or None."""
+    """Why a full-int8 model of this geometry could overflow its int32 accumulator, or None: the
+    products alone, before any work (the check of a built model counts its bias too:
+    pipeline/checks/verify.py int32_guard)."""
     worst = geometry.reduction * INT8_PRODUCT_MAX
     if worst <= INT32_MAX:
         return None
