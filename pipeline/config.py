@@ -70,7 +70,7 @@ KNOBS = (
     Knob("CONV_SWEEP_ORDER", ORDERS[0], "chains (each case's chain as early as it can) or breadth"),
     Knob("CONV_SWEEP_PROGRESS_INTERVAL", f"{DEFAULT_PROGRESS_INTERVAL:g}", "seconds between progress lines"),
     Knob("CONV_SWEEP_JOBS", str(DEFAULT_JOBS), "doit workers of the pytest front end"),
-    Knob("CONV_SWEEP_DATA", DATA_MODES[0], "the data: random (zero-mean uniform) or adversarial (cases named _adv)"),
+    Knob("CONV_SWEEP_DATA", DATA_MODES[0], "the data: random (zero-mean uniform), adversarial (cases named _adv) or structured (_str)"),
 )
 KNOB_PREFIX = "CONV_SWEEP_"
 

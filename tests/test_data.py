@@ -92,3 +92,30 @@ def test_adversarial_int8_data_sits_at_the_extremes_with_an_extreme_zero_point()
     values = set(np.unique(np.concatenate([s.ravel() for s in samples])))
     assert values in ({0.0, 1.0}, {-1.0, 0.0})  # zero point -128 or 127
 
+
+
+def test_structured_data_has_its_roles_and_input_kinds():
+    """Plus-minus, sorted, non-negative and random output channels; the input kind by the
+    geometry (weight seed mod 4); named _str, seeded apart from the random mode."""
+    from pipeline.space.data import STRUCTURED_INPUTS, structured_input_kind
+
+    g = Geometry(2, (12, 11), (3, 3), (1, 1), 8, 8)
+    case = Case(g, "tflite", "f32", data="structured")
+    assert case.name.endswith("_str") and case.weight_seed != Case(g, "tflite", "f32").weight_seed
+    kernel, bias = case_weights(case)
+    flat = kernel.reshape(8, -1).astype(np.float64)
+    a = 1 / np.sqrt(72)
+    assert np.allclose(flat[0, :36], a) and np.allclose(flat[0, 36:], -a)
+    assert (np.diff(flat[1]) >= 0).all() and flat[1].min() < 0 < flat[1].max()
+    assert (flat[2] >= 0).all() and flat[3].min() < 0 < flat[3].max()
+    assert np.abs(bias).max() <= 1 / 32
+    kinds = {}
+    for w in range(10, 30):  # every input kind, by geometry
+        c = Case(Geometry(2, (12, w), (3, 3), (1, 1), 8, 8), "tflite", "f32", data="structured")
+        kinds.setdefault(structured_input_kind(c), make_input(c))
+    assert set(kinds) == set(STRUCTURED_INPUTS)
+    assert np.abs(kinds["offset-1"] - 1).max() <= 1 / 16 and 0 <= kinds["unit"].min() <= kinds["unit"].max() <= 1
+    assert np.abs(kinds["offset-100"] - 100).max() <= 0.011
+    bright = kinds["bright-patch"] > 0.5
+    assert 0.05 < bright.mean() < 0.2 and (kinds["bright-patch"][~bright] <= 0.1).all()
+    assert bright.any(axis=-1).sum() == bright[..., 0].sum()  # a block over every channel

@@ -18,8 +18,9 @@ FLAVORS = {
 }
 VARIANTS = tuple(f"{b}_{f}" for b, flavors in FLAVORS.items() for f in flavors)
 MODEL_FILE = {"tflite": "model.tflite", "onnx": "model.onnx"}
-DATA_MODES = ("random", "adversarial")  # pipeline/space/data.py
+DATA_MODES = ("random", "adversarial", "structured")  # pipeline/space/data.py
 ADVERSARIAL_SUFFIX = "_adv"  # a case of the adversarial data mode: conv_..._adv
+DATA_SUFFIXES = {"random": "", "adversarial": ADVERSARIAL_SUFFIX, "structured": "_str"}  # case names per mode
 
 
 def check_data_mode(mode: str, field: str = "data") -> str:
@@ -41,7 +42,7 @@ class Case:
     target: str = "llvm-cpu"  # the target profile it is compiled for and run on
     # `doit shrink --keep-data`: the geometry whose seeded weights and input this case crops
     data_from: Geometry | None = None
-    data: str = "random"  # the data mode (pipeline/space/data.py): random or adversarial
+    data: str = "random"  # the data mode (pipeline/space/data.py): random, adversarial or structured
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
@@ -60,7 +61,7 @@ class Case:
     def name(self) -> str:
         base = f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
         base = f"{base}_data_{self.data_from.id}" if self.data_from is not None else base
-        return base + ADVERSARIAL_SUFFIX if self.data == "adversarial" else base
+        return base + DATA_SUFFIXES[self.data]
 
     @cached_property
     def key(self) -> str:
@@ -76,15 +77,14 @@ class Case:
         """Seed of this case's inputs: stable across runs and machines (a case cropping another's
         data: that case's)."""
         if self.data_from is not None:
-            suffix = ADVERSARIAL_SUFFIX if self.data == "adversarial" else ""
-            return _stable_hash(f"conv_{self.backend}_{self.flavor}_{self.data_from.id}{suffix}")
+            return _stable_hash(f"conv_{self.backend}_{self.flavor}_{self.data_from.id}{DATA_SUFFIXES[self.data]}")
         return _stable_hash(self.name)
 
     @property
     def weight_seed(self) -> int:
         """Seed of the model's weights: one per geometry and data mode, shared by every flavor."""
         geometry = (self.data_from or self.geometry).id
-        return _stable_hash(geometry + ADVERSARIAL_SUFFIX if self.data == "adversarial" else geometry)
+        return _stable_hash(geometry + DATA_SUFFIXES[self.data])
 
 
 def _stable_hash(text: str) -> int:

@@ -1,6 +1,6 @@
 """Seeded weights and inputs: the same case gives the same numbers on every run and machine.
 
-Two data modes (CONV_SWEEP_DATA; a case's `data`):
+Three data modes (CONV_SWEEP_DATA; a case's `data`):
 - random: zero-mean uniform weights, bias and inputs (U(-1, 1)), the full int8 range for w8i8;
 - adversarial: data chosen per flavor to provoke the bugs rounding and range live in, every
   tensor still drawn entry by entry alike (the tolerance policy's model, pipeline/checks/tolerance.py).
@@ -16,6 +16,14 @@ Two data modes (CONV_SWEEP_DATA; a case's `data`):
   the same extremes, from [0, 1] (input zero point -128) or [-1, 0] (zero point 127) by the
   case's seed; output channels o mod 3: 0 every weight +max (the largest |acc|: K 127 255),
   1 weights +-max (every weight at 127 in magnitude) with a dominant bias, 2 cancel (as above).
+- structured: data with the structure trained weights and real images have, which no
+  exchangeability holds for (cases named _str; the checks must give no false alarm on it).
+  Output channels o mod 4, a = 1 / sqrt(K), weights in the (O, I, KH, KW) storage order:
+  0 plus-minus (the first half +a, the rest -a), 1 sorted U(-a, a), 2 non-negative U(0, a),
+  3 random U(-a, a); each with a small bias U(-1/32, 1/32). The input, one kind per geometry
+  (its weight seed mod 4): 0 1 + U(-1/16, 1/16), 1 U(0, 1), 2 a bright patch (U(0, 0.1), and
+  1 + U(0, 0.1) over a block of about a tenth of the image), 3 100 + U(-0.01, 0.01).
+  w8i8 takes the random mode's int8 inputs (calibrated on the kind's floats).
 """
 from __future__ import annotations
 
@@ -78,6 +86,56 @@ def adversarial_weights(geometry: Geometry, seed: int, flavor: str) -> tuple[np.
     return kernel.reshape(shape).astype(np.float32), bias.astype(np.float32)
 
 
+STRUCTURED_INPUTS = ("offset-1", "unit", "bright-patch", "offset-100")  # by weight seed mod 4
+STRUCTURED_BIAS = 1.0 / 32
+
+
+def structured_weights(geometry: Geometry, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel and bias of the structured mode (the module docstring), per output-channel role."""
+    rng = np.random.default_rng(seed)
+    k = geometry.reduction
+    bound = 1.0 / np.sqrt(k)
+    kernel = np.empty((geometry.c_out, k))
+    for o in range(geometry.c_out):
+        role = o % 4
+        if role == 0:
+            kernel[o] = np.where(np.arange(k) < k // 2, bound, -bound)
+        elif role == 1:
+            kernel[o] = np.sort(rng.uniform(-bound, bound, k))
+        else:
+            kernel[o] = rng.uniform(0.0 if role == 2 else -bound, bound, k)
+    bias = rng.uniform(-STRUCTURED_BIAS, STRUCTURED_BIAS, geometry.c_out)
+    shape = (geometry.c_out, geometry.c_in // geometry.groups, *geometry.kernel)
+    return kernel.reshape(shape).astype(np.float32), bias.astype(np.float32)
+
+
+def structured_input_kind(case: Case) -> str:
+    return STRUCTURED_INPUTS[case.weight_seed % len(STRUCTURED_INPUTS)]
+
+
+def structured_samples(case: Case, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """A structured float input of the case's kind (the module docstring), in the model's layout."""
+    rng = np.random.default_rng(seed)
+    kind = structured_input_kind(case)
+    if kind == "offset-1":
+        return (1.0 + rng.uniform(-1 / 16, 1 / 16, shape)).astype(np.float32)
+    if kind == "unit":
+        return rng.uniform(0.0, 1.0, shape).astype(np.float32)
+    if kind == "offset-100":
+        return (100.0 + rng.uniform(-0.01, 0.01, shape)).astype(np.float32)
+    x = rng.uniform(0.0, 0.1, shape)
+    spatial = list(range(1, len(shape) - 1)) if case.backend == "tflite" else list(range(2, len(shape)))
+    side = 0.1 ** (1.0 / len(spatial))  # a block of about a tenth of the image
+    patch = [slice(None)] * len(shape)
+    for axis in spatial:
+        n = shape[axis]
+        length = max(1, int(round(n * side)))
+        start = int(rng.integers(0, n - length + 1))
+        patch[axis] = slice(start, start + length)
+    x[tuple(patch)] += 1.0
+    return x.astype(np.float32)
+
+
 def conv_weights(geometry: Geometry, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Kernel (c_out, c_in / groups, *kernel) ~ U(+-1/sqrt(reduction)) and a nonzero bias (c_out,).
     Output channel o belongs to group o // (c_out / groups), as in torch and ONNX."""
@@ -103,6 +161,8 @@ def _original(case: Case) -> Case:
 def _weights(geometry: Geometry, case: Case) -> tuple[np.ndarray, np.ndarray]:
     if case.data == "adversarial":
         return adversarial_weights(geometry, case.weight_seed, case.flavor)
+    if case.data == "structured":
+        return structured_weights(geometry, case.weight_seed)
     return conv_weights(geometry, case.weight_seed)
 
 
@@ -158,7 +218,10 @@ def make_input(case: Case) -> np.ndarray:
         if adversarial:
             return np.where(_extremes(shape, case.seed), np.int8(127), np.int8(-128)).astype(np.int8)
         return np.random.default_rng(case.seed).integers(-128, 128, shape, dtype=np.int8)
-    x = adversarial_samples(shape, case.seed) if adversarial else float_samples(shape, case.seed)
+    if case.data == "structured":
+        x = structured_samples(case, shape, case.seed)
+    else:
+        x = adversarial_samples(shape, case.seed) if adversarial else float_samples(shape, case.seed)
     if case.flavor == "bf16":
         import ml_dtypes
 
@@ -175,4 +238,6 @@ def calibration_samples(case: Case, count: int = 8) -> list[np.ndarray]:
         low, high = extreme_range(case)
         return [np.where(_extremes(shape, case.weight_seed + 1 + i), high, low).astype(np.float32)
                 for i in range(count)]
+    if case.data == "structured":
+        return [structured_samples(case, shape, case.weight_seed + 1 + i) for i in range(count)]
     return [float_samples(shape, case.weight_seed + 1 + i) for i in range(count)]
