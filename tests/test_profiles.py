@@ -91,6 +91,8 @@ def test_user_file_overrides_and_adds_profiles(tmp_path):
     ({"base": "llvm-cpu", "profiling": ["--dump"]}, "profiling"),
     ({"base": "llvm-cpu", "benchmark_tool": ["iree-benchmark-module"]}, "benchmark_tool"),
     ({"base": "llvm-cpu", "fixed_addresses": "yes"}, "fixed_addresses"),
+    ({"base": "llvm-cpu", "accumulation": "f16"}, "accumulation"),
+    ({"base": "llvm-cpu", "accumulation": "bf16", "accumulation_tile": 0}, "accumulation_tile"),
 ])
 def test_bad_profile_names_file_and_field(tmp_path, profile, field):
     user = tmp_path / "targets.json"

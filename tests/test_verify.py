@@ -286,3 +286,17 @@ def test_the_int32_guard_counts_the_bias():
     over = ModelWeights(kernel.astype(np.float64), np.zeros(1), True, kernel_int=kernel, bias_int=np.array([-1_913]))
     with pytest.raises(RuntimeError, match="bias"):
         verify_module.int32_guard(over)
+
+
+def test_a_bf16_running_sum_gets_its_worst_case_bound_and_no_tensor_test():
+    """A profile whose conv rounds its running sum to bf16 every 16 terms: the bound is the worst
+    case of those roundings (wider than f32's), and no tensor test applies."""
+    from dataclasses import replace
+
+    case, weights, x, refs, exact = _f32_case(np.random.default_rng(6))
+    bf16_profile = replace(PROFILES["llvm-cpu"], accumulation="bf16", accumulation_tile=16)
+    f32 = verify_module.float_bound(case, weights, x, refs, PROFILES["llvm-cpu"])
+    bf16 = verify_module.float_bound(case, weights, x, refs, bf16_profile)
+    assert (bf16.within > 10 * f32.within).all() and bf16.variance is None
+    checks = comparisons(case, weights, x, {**refs, "expected": exact}, exact.astype(np.float32), bf16_profile)
+    assert [c.name for c in checks] == ["vs float64 conv"] and checks[0].passed

@@ -52,7 +52,8 @@ class Profile:
     int8_rounding: str = "tflite"  # how its int8 requantization rounds
     converts_weights: bool = False  # running an f32 model in bf16, its compiler rounds weights and bias too
     bf16_bias_add: str = "fused"  # "padded-space-to-depth": where, the bias-free sum is rounded to bf16 before the bias is added
-    accumulation: str = "f32"  # "bf16": its partial sums are rounded to bf16 (the bounds take bf16's unit roundoff)
+    accumulation: str = "f32"  # "bf16": its running sum is rounded to bf16 (pipeline/checks/tolerance.py)
+    accumulation_tile: int = 1  # with "bf16": the terms summed in f32 before each bf16 rounding
     profiling: tuple[str, ...] = ()  # compile flags that write the compiler's estimated timeline to {csv}
     benchmark_tool: str | None = None  # times the module (iree-benchmark-module) under CONV_SWEEP_BENCHMARK=1
     toolchain: str | None = None  # the installed toolchain its tools come from (`doit toolchain`)
@@ -101,7 +102,7 @@ class Profile:
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name", "version"}
-_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "accumulation", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
+_REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "accumulation", "accumulation_tile", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
                        "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags"}
 
 
@@ -167,6 +168,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
                            ("bf16_bias_add", BF16_BIAS_ADD), ("accumulation", ACCUMULATIONS)):
         if field in data and data[field] not in allowed:
             raise ConfigError(f"{here}.{field}", data[field], f"must be one of {', '.join(allowed)}")
+    tile = data.get("accumulation_tile", 1)
+    if not isinstance(tile, int) or isinstance(tile, bool) or tile < 1:
+        raise ConfigError(f"{here}.accumulation_tile", tile, "must be a positive integer")
     for field in ("flavors", "compile_only"):
         for variant in strings(field, data.get(field, [])):
             if variant not in VARIANTS:
@@ -192,7 +196,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         flavors=tuple(data["flavors"]), compile_only=tuple(data.get("compile_only", [])),
         expected_output=data.get("expected_output", True), converts_weights=data.get("converts_weights", False),
         int8_rounding=data.get("int8_rounding", "tflite"), bf16_bias_add=data.get("bf16_bias_add", "fused"),
-        accumulation=data.get("accumulation", "f32"),
+        accumulation=data.get("accumulation", "f32"), accumulation_tile=tile,
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
         calibration=calibration, fixed_addresses=data.get("fixed_addresses", False),
