@@ -1,21 +1,45 @@
 """Mutants: a wrapper compiler that miscompiles on purpose, to measure what the checks catch.
 
 `python -m pipeline.dev.mutants <mutant> <compiler> <compiler arguments...>` rewrites the conv's
-constants in the imported MLIR text it is given (the argument that is an existing `.mlir` file),
-then runs the real compiler on the rewritten copy with the same arguments. The module it builds
-computes a slightly different conv, the way a miscompile would:
+constants in the imported MLIR it is given, then runs the real compiler on the rewritten copy
+with the same arguments. The module it builds computes a slightly different conv, the way a
+miscompile would:
 
 - sign: output channel 0's weight of median magnitude has its sign flipped;
 - lsb: that weight moved by one step of its stored format (int8: 1; bf16: one bf16 step; f32:
   one bf16 step too, 2**-8 relative, the narrowest format a target converts f32 weights to);
-- bias: the conv's bias dropped (every element 0);
-- tap: one tap shifted: output channel 0 reads input channel 0's first tap one position further
-  along the width, so that weight adds to the next tap's and its own becomes 0.
+- bias: the conv's bias dropped (every element 0; a grouped TFLite conv's, every group's);
+- tap: one tap shifted: output channel 0 reads its first input channel's first tap one position
+  further along the width, so that weight adds to the next tap's (an int8 sum clamped to
+  [-128, 127]) and its own becomes 0.
 
-Constants are found from the conv op (TOSA's tosa.conv2d, from TFLite; ONNX's onnx.Conv) back
-through the ops that feed its weight and bias operands to the tosa.const / onnx.Constant with as
-many elements (the dequantization of w8if32's int8 weights is cast and mul: its int8 constant is
-mutated). A mutant that does not apply (no bias to drop, no neighbouring tap, a depthwise conv)
+Output channel 0 is the model's in every layout: row 0 of TOSA's (O, KH, KW, I / groups) and of
+ONNX's (O, I / groups, KH, KW) or (O, I / groups, KW) weights (grouped and depthwise ONNX convs
+alike: its input channels are its group's), element (kh, kw, 0, 0) of TOSA depthwise's
+(KH, KW, C, M) weights (output channel c x M + m). Constants are found from the first conv op
+(tosa.conv2d and tosa.depthwise_conv2d, from TFLite; ONNX's onnx.Conv) back through the ops that
+feed its weight and bias operands (cast, mul, reshape, slice) to the tosa.const / onnx.Constant:
+for the weight, the one with as many elements (w8if32's int8 constant, dequantized by cast and
+mul: it is the int8 that is mutated; w8i8's depthwise (1, KH, KW, C x M) constant, reshaped),
+else the one it is a slice of along the output channels (TFLite's grouped conv: one tosa.conv2d
+per group, on slices of the whole (O, KH, KW, I / groups) constant, whose row 0 is the model's
+output channel 0).
+
+The MLIR input is the one argument, not an option or the value of -o, that is an existing file
+named .mlir (text) or whose content is MLIR bytecode (magic bytes `ML\\xefR`: the TOSA bytecode
+of tosa-converter-for-tflite, which the torq target's compiler reads; any --emit-bytecode
+output). Text is mutated as it is. Bytecode is printed to text by an iree-opt (the one beside
+the compiler, as in a stock IREE install; else this environment's, from iree-base-compiler),
+mutated there, and the constant's old elements are replaced by the new ones in a copy of the
+input file, which must then print as the mutated text: the compiler reads the same bytes as
+without the mutant but for the constant's. Only where the old elements are not found once in
+the file (a splat constant is stored as one element) is the mutated text written as bytecode
+by that iree-opt, version 4 at most (operation properties stored as attributes): torq-compile
+2.3.0 refuses the version-6 bytecode iree-opt 3.13 writes of w8if32's tosa.cast ("has
+properties but missing BytecodeOpInterface"), and does not read the TOSA text iree-opt 3.13
+prints ("custom op 'tosa.const' has no custom assembly form").
+
+A mutant that does not apply (no bias to drop, no neighbouring tap, weights laid out otherwise)
 exits with status 3 and says why: such a module is not built.
 """
 from __future__ import annotations
@@ -30,12 +54,15 @@ import numpy as np
 
 MUTANTS = ("sign", "lsb", "bias", "tap")
 NOT_APPLICABLE = 3  # the exit status of a mutant that does not apply to the model
+BYTECODE_MAGIC = b"ML\xefR"  # the first bytes of an MLIR bytecode file
 
 _DTYPES = {"f32": np.float32, "i8": np.int8, "i32": np.int32, "bf16": np.uint16}
 _CONST = re.compile(r"^\s*(%[\w.]+) = (?:tosa\.const\s+values\(|torch\.operator \"onnx\.Constant\"\(\) "
                     r"\{torch\.onnx\.value = )(dense(?:_resource)?<.*?>) : tensor<([\dx]*)x?(f32|bf16|i8|i32)>", re.M)
 _DEF = re.compile(r"^\s*(%[\w.]+) = (.*)$", re.M)
 _RESOURCE = re.compile(r"^(\s*)([\w.]+): \"0x([0-9A-Fa-f]{8})([0-9A-Fa-f]*)\"", re.M)
+_TYPE = re.compile(r"(?<!\w)tensor<((?:\d+x)*)\w+>|vtensor<\[([\d,]*)\],\w+>")
+_CONVS = {"tosa.conv2d": "tosa", "tosa.depthwise_conv2d": "tosa_depthwise", 'torch.operator "onnx.Conv"': "onnx"}
 
 
 class NotApplicable(Exception):
@@ -59,34 +86,57 @@ def _operands(line: str) -> list[str]:
     return re.findall(r"%[\w.]+", line.split(":")[0] if " : " in line else line)
 
 
-def _conv(mlir: str) -> tuple[str, str, str]:
-    """The conv op's line, its weight operand and its bias operand."""
+def _operand_shapes(line: str) -> list[tuple[int, ...]]:
+    """The shapes of an op's operands, from its functional type `(...) -> ...`."""
+    types = line.rsplit(" : ", 1)[-1].split("->")[0]
+    return [_shape(m.group(1).rstrip("x")) if m.group(2) is None else tuple(int(d) for d in m.group(2).split(",") if d)
+            for m in _TYPE.finditer(types)]
+
+
+def _conv(mlir: str) -> tuple[str, str, str, str | None]:
+    """The first conv op: its layout ("tosa", "tosa_depthwise", "onnx"), its line, its weight
+    operand and its bias operand (None when it has none)."""
     for m in _DEF.finditer(mlir):
         line = m.group(2)
-        if line.startswith("tosa.depthwise_conv2d"):
-            raise NotApplicable("a depthwise conv: output channel 0's weights are not contiguous")
-        if line.startswith("tosa.conv2d") or line.startswith('torch.operator "onnx.Conv"'):
-            operands = _operands(line.split("{")[0] if "onnx.Conv" in line else line)
-            if len(operands) < 3:
-                raise NotApplicable("the conv has no bias operand")
-            return line, operands[1], operands[2]
+        layout = next((kind for op, kind in _CONVS.items() if line.startswith(op + " ") or line.startswith(op + "(")),
+                      None)
+        if layout:
+            operands = _operands(line.split("{")[0] if layout == "onnx" else line)
+            return layout, line, operands[1], operands[2] if len(operands) > 2 else None
     raise NotApplicable("no conv op in the module")
 
 
-def _source(mlir: str, value: str, constants: dict, elements: int | None = None) -> str:
-    """The constant `value` is computed from: itself, or the constant with `elements` elements
-    among the operands of the ops that define it (cast, mul, reshape: a dequantization)."""
-    seen, todo = set(), [value]
+def _feeding(mlir: str, value: str, constants: dict) -> list[str]:
+    """The constants `value` is computed from: itself, or those among the operands of the ops
+    that define it (cast, mul, reshape, slice: a dequantization, a group's slice), depth first in
+    operand order, so that the data operand's constant comes before a scale's or a shift's."""
+    seen, todo, found = set(), [value], []
     defs = {m.group(1): m.group(2) for m in _DEF.finditer(mlir)}
     while todo:
-        name = todo.pop(0)
+        name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
-        if name in constants and (elements is None or int(np.prod(constants[name]["shape"])) == elements):
+        if name in constants:
+            found.append(name)
+        todo += reversed(_operands(defs.get(name, "")))
+    return found
+
+
+def _weight_source(mlir: str, weight: str, shape: tuple[int, ...], layout: str, constants: dict) -> str:
+    """The constant holding the conv's weights: as many elements as the weight, or (a TOSA
+    group's slice) the whole (O, KH, KW, I / groups) constant the weight is sliced from."""
+    feeding = _feeding(mlir, weight, constants)
+    count = int(np.prod(shape))
+    for name in feeding:
+        if int(np.prod(constants[name]["shape"])) == count:
             return name
-        todo += _operands(defs.get(name, ""))
-    raise NotApplicable(f"no constant feeds {value}")
+    if layout == "tosa":
+        for name in feeding:
+            whole = constants[name]["shape"]
+            if len(whole) == len(shape) and whole[1:] == shape[1:] and whole[0] > shape[0]:
+                return name
+    raise NotApplicable(f"no constant of the weight's {'x'.join(map(str, shape))} elements feeds {weight}")
 
 
 def _resources(mlir: str) -> dict[str, re.Match]:
@@ -155,51 +205,146 @@ def _flip(values: np.ndarray, i: int, kind: str) -> None:
         values[i] = -values[i] if values[i] != np.iinfo(values.dtype).min else np.iinfo(values.dtype).max
 
 
-def mutate(mlir: str, mutant: str) -> str:
-    """The module with `mutant` applied to its conv (see the module docstring)."""
+def channel_zero(layout: str, shape: tuple[int, ...]) -> tuple[np.ndarray, int, int]:
+    """Where output channel 0's weights are in the weight's flat elements (row-major `shape`):
+    their flat indices (in storage order), the kernel's width, and the flat distance from a tap
+    to the next one along the width."""
+    if layout == "onnx":  # (O, I / groups, KH, KW) or (O, I / groups, KW): row 0
+        return np.arange(int(np.prod(shape[1:]))), shape[-1], 1
+    if len(shape) != 4:
+        raise NotApplicable(f"a {layout} weight of shape {shape}: expected 4 dimensions")
+    if layout == "tosa":  # (O, KH, KW, I / groups): row 0
+        return np.arange(int(np.prod(shape[1:]))), shape[2], shape[3]
+    kh, kw, c, m = shape  # depthwise (KH, KW, C, M): output channel c x M + m, so 0 is (c, m) = (0, 0)
+    return np.arange(kh * kw) * (c * m), kw, c * m
+
+
+def mutation(mlir: str, mutant: str) -> tuple[dict, np.ndarray, np.ndarray]:
+    """What `mutant` changes in the module: the constant (as _constants gives it), its elements
+    before and after (flat, in its storage dtype)."""
     if mutant not in MUTANTS:
         raise ValueError(f"mutant {mutant!r}: must be one of {', '.join(MUTANTS)}")
     constants = _constants(mlir)
-    line, weight, bias = _conv(mlir)
-    weight_type = re.findall(r"tensor<([\dx]+)x(?:f32|bf16|i8)>|vtensor<\[([\d,]+)\]", line.split(" : ")[-1])
-    onnx = "onnx.Conv" in line
+    layout, line, weight, bias = _conv(mlir)
     if mutant == "bias":
-        name = _source(mlir, bias, constants)
-        values = _read(mlir, constants[name])
+        if bias is None:
+            raise NotApplicable("the conv has no bias operand")
+        feeding = _feeding(mlir, bias, constants)
+        if not feeding:
+            raise NotApplicable(f"no constant feeds the bias {bias}")
+        values = _read(mlir, constants[feeding[0]])
         if not values.any():
             raise NotApplicable("the conv's bias is 0 (the model adds its bias elsewhere, or has none)")
-        return _write(mlir, constants[name], np.zeros_like(values))
-    dims = weight_type[1] if len(weight_type) > 1 else None
-    shape = _shape(dims[0]) if dims and dims[0] else tuple(int(d) for d in dims[1].split(",")) if dims else None
-    if shape is None:
+        return constants[feeding[0]], values, np.zeros_like(values)
+    shapes = _operand_shapes(line)
+    if len(shapes) < 2 or not shapes[1]:
         raise NotApplicable("the conv's weight type is not readable")
-    name = _source(mlir, weight, constants, int(np.prod(shape)))
-    const = constants[name]
-    values = _read(mlir, const)
-    per_channel = values.size // shape[0]
-    kind = const["type"]
+    shape = shapes[1]
+    const = constants[_weight_source(mlir, weight, shape, layout, constants)]
+    before, kind = _read(mlir, const), const["type"]
+    values = before.copy()
+    channel, width, next_tap = channel_zero(layout, shape)
     if mutant in ("sign", "lsb"):
-        i = _median_index(_float_view(values[:per_channel], kind))
+        i = int(channel[_median_index(_float_view(values[channel], kind))])
         (_flip if mutant == "sign" else _step)(values, i, kind)
-        return _write(mlir, const, values)
-    # tap: output channel 0, input channel 0, the first tap's weight moves one step along the width
-    width = shape[-1] if onnx else shape[-2]
+        return const, before, values
+    # tap: output channel 0, its first input channel, the first tap's weight moves one step along the width
     if width < 2:
         raise NotApplicable("the kernel is one tap wide: no neighbouring tap")
-    next_tap = 1 if onnx else shape[-1]  # OIHW / OIW: the next element; OHWI: the next W, c_in apart
+    first, second = int(channel[0]), int(channel[0]) + next_tap
     if kind == "bf16":
-        moved = np.array([_float_view(values[:1], kind)[0] + _float_view(values[next_tap:next_tap + 1], kind)[0]])
         import ml_dtypes
 
-        values[next_tap] = moved.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[0]
-        values[0] = 0
+        moved = _float_view(values[[first, second]], kind).sum()
+        values[second] = np.array([moved], np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[0]
+        values[first] = 0
+    elif kind in ("i8", "i32"):  # the sum clamped to the integer range
+        info = np.iinfo(values.dtype)
+        values[second], values[first] = max(info.min, min(info.max, int(values[first]) + int(values[second]))), 0
     else:
-        total = int(values[0]) + int(values[next_tap]) if kind in ("i8", "i32") else values[0] + values[next_tap]
-        if kind in ("i8", "i32"):
-            info = np.iinfo(values.dtype)
-            total = max(info.min, min(info.max, total))
-        values[next_tap], values[0] = total, 0
-    return _write(mlir, const, values)
+        values[second], values[first] = values[first] + values[second], 0
+    return const, before, values
+
+
+def mutate(mlir: str, mutant: str) -> str:
+    """The module with `mutant` applied to its conv (see the module docstring)."""
+    const, _, after = mutation(mlir, mutant)
+    return _write(mlir, const, after)
+
+
+def is_bytecode(path: Path) -> bool:
+    """Whether the file is MLIR bytecode (starts with its magic bytes)."""
+    with open(path, "rb") as f:
+        return f.read(len(BYTECODE_MAGIC)) == BYTECODE_MAGIC
+
+
+def bytecode_version(path: Path) -> int:
+    """The bytecode format version of an MLIR bytecode file: the prefix varint after the magic
+    (the count of trailing zero bits of its first byte, plus one, is its length in bytes)."""
+    with open(path, "rb") as f:
+        head = f.read(len(BYTECODE_MAGIC) + 9)[len(BYTECODE_MAGIC):]
+    if not head:
+        raise ValueError(f"{path}: no bytecode version after the magic bytes")
+    first = head[0]
+    length = 9 if first == 0 else (first & -first).bit_length()
+    if len(head) < length:
+        raise ValueError(f"{path}: truncated bytecode version")
+    return int.from_bytes(head[:length], "little") >> (length if length < 9 else 8)
+
+
+def iree_opt(compiler: str) -> str:
+    """The iree-opt that prints and writes bytecode: the one beside the compiler (a stock IREE
+    install, a toolchain that has one), else this environment's."""
+    beside = Path(compiler).with_name("iree-opt")
+    if beside.is_file():
+        return str(beside)
+    from pipeline.core.executables import tool_path
+
+    found = tool_path("iree-opt")
+    if found is None:
+        raise FileNotFoundError("iree-opt: not beside the compiler, and not installed (iree-base-compiler)")
+    return found
+
+
+def mlir_input(args: list[str]) -> list[int]:
+    """The indices of the arguments that can be the compiler's MLIR input: an existing file, not
+    an option nor the value of -o, that is MLIR bytecode or named .mlir."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg.startswith("-") or (i and args[i - 1] == "-o") or not Path(arg).is_file():
+            continue
+        if arg.endswith(".mlir") or is_bytecode(Path(arg)):
+            found.append(i)
+    return found
+
+
+def _opt(command: list[str]) -> None:
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: exit status {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+
+
+def mutate_bytecode(source: Path, target: Path, mutant: str, opt: str) -> str:
+    """Write to `target` the MLIR bytecode `source` with `mutant` applied; return how: "patched"
+    (the constant's bytes replaced in a copy of the file, which `opt` then prints as it prints the
+    mutated text) or else "rewritten" (the mutated text written as bytecode by `opt`, version 4 at
+    most: properties stored as attributes, which compilers of an older MLIR read)."""
+    with tempfile.TemporaryDirectory(prefix="mutant-text-") as tmp:
+        printed, mutated, expected, check = (Path(tmp) / f"{n}.mlir" for n in ("printed", "mutated", "expected", "check"))
+        _opt([opt, str(source), "-o", str(printed)])
+        text = printed.read_text()
+        const, before, after = mutation(text, mutant)
+        mutated.write_text(_write(text, const, after))
+        data, old = source.read_bytes(), before.tobytes()
+        if data.count(old) == 1:
+            target.write_bytes(data.replace(old, after.tobytes()))
+            _opt([opt, str(target), "-o", str(check)])
+            _opt([opt, str(mutated), "-o", str(expected)])
+            if check.read_text() == expected.read_text():
+                return "patched"
+        _opt([opt, str(mutated), "--emit-bytecode", f"--emit-bytecode-version={min(bytecode_version(source), 4)}",
+              "-o", str(target)])
+        return "rewritten"
 
 
 def main(argv: list[str]) -> int:
@@ -208,19 +353,27 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     mutant, compiler, args = argv[0], argv[1], list(argv[2:])
-    inputs = [i for i, a in enumerate(args) if a.endswith(".mlir") and Path(a).is_file()]
+    inputs = mlir_input(args)
     if len(inputs) != 1:
-        print(f"mutant {mutant}: expected one .mlir input among the arguments, found {len(inputs)}", file=sys.stderr)
+        print(f"mutant {mutant}: expected one MLIR input (.mlir text or MLIR bytecode) among the arguments, "
+              f"found {len(inputs)}", file=sys.stderr)
         return 2
     source = Path(args[inputs[0]])
-    try:
-        mutated = mutate(source.read_text(), mutant)
-    except NotApplicable as why:
-        print(f"mutant {mutant} does not apply: {why}", file=sys.stderr)
-        return NOT_APPLICABLE
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         path = Path(tmp) / source.name
-        path.write_text(mutated)
+        try:
+            if is_bytecode(source):
+                if mutate_bytecode(source, path, mutant, iree_opt(compiler)) == "rewritten":
+                    print(f"mutant {mutant}: the constant's bytes not found once in {source.name}: "
+                          "bytecode rewritten by iree-opt", file=sys.stderr)
+            else:
+                path.write_text(mutate(source.read_text(), mutant))
+        except NotApplicable as why:
+            print(f"mutant {mutant} does not apply: {why}", file=sys.stderr)
+            return NOT_APPLICABLE
+        except (OSError, RuntimeError, ValueError) as err:
+            print(f"mutant {mutant}: {err}", file=sys.stderr)
+            return 2
         args[inputs[0]] = str(path)
         return subprocess.run([compiler, *args]).returncode
 
