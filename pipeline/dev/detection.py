@@ -9,9 +9,12 @@ module from a mutated copy of its MLIR. A mutant case that fails at verify is ca
 passes is missed; one the mutant does not apply to (no bias, a one-tap kernel) is left out.
 Everything runs through `doit sweep`, as a user would, in DIR (default: a temporary folder).
 
-For ONNX bf16 it also judges each mutant's output with the bound before 2026-12-05
-(ulp_bf16(|e|) + A against the bf16-rounded reference e) beside today's (half a step at |S| + A
-against the exact sum S), and prints both rates.
+Each case it misses is listed with its figures: the mutant's effect (the largest change it
+made to the module's output), the clean module's own error against S (the accumulation noise)
+and the largest element bound of the clean case's check. A miss is `cannot show` where the
+output did not change at all (a w8i8 output saturated or rounded back), `below the bound` where
+the effect stays within the bound, and `above the bound` otherwise (a gap in the checks).
+`--target torq` runs the same on the simulator (the wrapper reads its MLIR bytecode).
 """
 from __future__ import annotations
 
@@ -66,27 +69,34 @@ def _results(build: Path, folder: str) -> dict[str, dict]:
     return out
 
 
-def _old_bf16_verdict(case_dir: Path, model_dir: Path) -> bool | None:
-    """ONNX bf16 against the bound before 2026-12-05: ulp_bf16(|e|) + A, e the bf16-rounded reference."""
+def _load(path: Path):
+    """An output as float64 (numpy keeps bf16 as 2-byte void), or None."""
     import ml_dtypes
     import numpy as np
 
-    from pipeline.checks import tolerance
-    from pipeline.checks.oracle import onnx_weights
-
-    def load(path):  # numpy saves bf16 as 2-byte void
-        values = np.load(path)
-        return (values.view(ml_dtypes.bfloat16) if values.dtype.kind == "V" else values).astype(np.float64)
-
     try:
-        e, a, x = load(case_dir / "expected.npy"), load(case_dir / "actual.npy"), load(model_dir / "input.npy")
+        values = np.load(path)
     except OSError:
         return None
-    weights = onnx_weights(model_dir / "model.onnx")
-    k = int(np.prod(weights.kernel.shape[1:]))
-    t = float(np.abs(weights.kernel).max()) * float(np.abs(x).max())
-    tol = tolerance.bf16_ulp(e) + tolerance.f32_accumulation(k, t, float(np.abs(weights.bias).max()), 1)
-    return bool((np.abs(a - e) <= tol).all())
+    return (values.view(ml_dtypes.bfloat16) if values.dtype.kind == "V" else values).astype(np.float64)
+
+
+def miss_figures(mutant_dir: Path, clean_dir: Path, clean_result: dict) -> dict:
+    """Why a mutant went unseen: its effect on the output, the clean module's error against S,
+    the largest element bound of the clean case's first check, and the verdict on that."""
+    import numpy as np
+
+    mutated, clean, exact = (_load(d / n) for d, n in ((mutant_dir, "actual.npy"), (clean_dir, "actual.npy"),
+                                                       (clean_dir, "exact.npy")))
+    if mutated is None or clean is None or mutated.shape != clean.shape:
+        return {"kind": "no output"}
+    effect = float(np.abs(mutated - clean).max(initial=0.0))
+    noise = float(np.abs(clean - exact).max(initial=0.0)) if exact is not None else None
+    metrics = list((clean_result.get("metrics") or {}).values())
+    bound = metrics[0].get("max_tolerance") if metrics else None
+    kind = "cannot show" if effect == 0 else \
+        "below the bound" if bound is not None and effect <= bound else "above the bound"
+    return {"kind": kind, "effect": effect, "noise": noise, "bound": bound}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--mutants: {sorted(unknown)[0]} is not one of {', '.join(MUTANTS)}")
     table = defaultdict(lambda: [0, 0])  # (data, mutant, flavor, category) -> [caught, applicable]
-    old = defaultdict(lambda: [0, 0])  # (data, mutant, category) -> [caught, applicable], ONNX bf16, old bound
+    misses = []  # every applicable case a mutant passed, with its figures
     for data in [d for d in args.data.split(",") if d]:
         clean_build = out / data / "clean"
         _sweep(_env(out, CONV_SWEEP_TARGET=args.target, CONV_SWEEP_DATA=data, CONV_SWEEP_BUILD_DIR=clean_build),
@@ -136,12 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                 cell = table[(data, mutant, flavor, category)]
                 cell[0] += caught
                 cell[1] += 1
-                if flavor == "onnx_bf16":
-                    verdict = _old_bf16_verdict(build / "cases" / name / folder, build / "cases" / name)
-                    if verdict is not None:
-                        old_cell = old[(data, mutant, category)]
-                        old_cell[0] += not verdict
-                        old_cell[1] += 1
+                if not caught:
+                    misses.append({"data": data, "mutant": mutant, "flavor": flavor, "k": category[1:], "case": name,
+                                   "status": status, **miss_figures(build / "cases" / name / folder,
+                                                                    clean_build / "cases" / name / folder, clean[name])})
             print(f"{data}: mutant {mutant} done", flush=True)
     categories = [c for c, _ in DECADES]
     flavors = sorted({key[2] for key in table})
@@ -154,9 +162,15 @@ def main(argv: list[str] | None = None) -> int:
             for flavor in flavors:
                 cells = [table.get((data, mutant, flavor, c)) for c in categories]
                 print(f"| {mutant} | {flavor} | " + " | ".join(f"{c[0]}/{c[1]}" if c else "n/a" for c in cells) + " |")
-            cells = [old.get((data, mutant, c)) for c in categories]
-            print(f"| {mutant} | onnx_bf16, bound before 2026-12-05 | "
-                  + " | ".join(f"{c[0]}/{c[1]}" if c else "n/a" for c in cells) + " |")
+    print("\nmisses (effect: the largest change of the output; noise: the clean module's error against S;"
+          " bound: the clean check's largest element bound)")
+    for m in misses:
+        figures = ", ".join(f"{key} {m[key]:.3g}" for key in ("effect", "noise", "bound") if m.get(key) is not None)
+        print(f"- {m['data']} {m['mutant']} {m['flavor']} K={m['k']}: {m['kind']} ({m['status']}; {figures})")
+    (out / "detection.json").write_text(json.dumps({
+        "target": args.target, "misses": misses,
+        "table": [{"data": d, "mutant": mu, "flavor": f, "k": c[1:], "caught": v[0], "applicable": v[1]}
+                  for (d, mu, f, c), v in sorted(table.items())]}, indent=1) + "\n")
     return 0
 
 
