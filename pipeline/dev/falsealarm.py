@@ -248,8 +248,8 @@ def cell_rows(data: str, k: int, result: dict) -> list[dict]:
                "max_channel_ratio_f32": f32["max_channel_ratio"]}
         if "bf16" in by_unit:
             b = by_unit["bf16"]
-            row.update({"over_bf16": b["over"], "max_ratio_bf16": b["max_ratio"], "channels_over_bf16": b["channels_over"],
-                        "max_channel_ratio_bf16": b["max_channel_ratio"]})
+            row.update({"over_bf16": b["over"], "max_ratio_bf16": b["max_ratio"], "channels_bf16": b["channels"],
+                        "channels_over_bf16": b["channels_over"], "max_channel_ratio_bf16": b["max_channel_ratio"]})
         rows.append(row)
     return rows
 
@@ -274,7 +274,8 @@ def totals(rows: list[dict]) -> dict:
             alarms = [false_alarms(r) for r in picked]
             out[group][order] = {"elements": sum(r["elements"] for r in picked),
                                  "element_false_alarms": sum(a for a, _ in alarms),
-                                 "channels": sum(r["channels"] for r in picked),
+                                 "channels": sum(r["channels_bf16" if order == "bf16-tiles" else "channels"]
+                                                 for r in picked),
                                  "tensor_false_alarms": sum(t for _, t in alarms),
                                  "max_ratio": max(r["max_ratio_bf16" if order == "bf16-tiles" else "max_ratio_f32"]
                                                   for r in picked)}
