@@ -164,23 +164,11 @@ def _model_weights(model_dir, case) -> dict:
     """The conv's weights as the model file stores them: kernel (O, I / groups, KH, KW) in real
     units, bias, and for int8 kernels channel 0's scale; for w8i8 the input and output scales."""
     g = case.geometry
-    if case.backend == "onnx":
-        import ml_dtypes
-        import onnx
-        from onnx import numpy_helper
+    if case.backend == "onnx":  # the oracle's reader of the model file (not the wrapper's)
+        from pipeline.checks.oracle import onnx_weights
 
-        graph = onnx.load(str(model_dir / "model.onnx")).graph
-        conv = next(node for node in graph.node if node.op_type == "Conv")
-        inits = {i.name: i for i in graph.initializer}
-
-        def array(name):
-            init = inits[name]
-            if init.data_type == onnx.TensorProto.BFLOAT16:
-                raw = np.frombuffer(init.raw_data, dtype=np.uint16).view(ml_dtypes.bfloat16)
-                return raw.reshape(tuple(init.dims)).astype(np.float64)
-            return numpy_helper.to_array(init).astype(np.float64)
-
-        return {"kernel": array(conv.input[1]), "bias": array(conv.input[2]), "scale": None}
+        weights = onnx_weights(model_dir / "model.onnx")
+        return {"kernel": weights.kernel, "bias": weights.bias, "scale": None}
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(str(model_dir / "model.tflite"))
