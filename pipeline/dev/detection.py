@@ -126,9 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         _sweep(_env(out, CONV_SWEEP_TARGET=args.target, CONV_SWEEP_DATA=data, CONV_SWEEP_BUILD_DIR=clean_build),
                out / f"{data}-clean.log")
         clean = _results(clean_build, folder)
-        alarms = {n: r.get("reason") for n, r in clean.items() if r.get("status") != "pass"}
-        print(f"{data}: clean sweep, {len(clean)} cases, {len(alarms)} not passing"
-              + "".join(f"\n  FALSE ALARM {n}: {why}" for n, why in sorted(alarms.items())), flush=True)
+        alarms = {n: r for n, r in clean.items() if r.get("status") != "pass"}
+        # a clean module failing at verify is a false alarm; one failing before it (a known
+        # compile bug of the target) leaves its case out of the table
+        print(f"{data}: clean sweep, {len(clean)} cases, {len(alarms)} not passing" + "".join(
+            f"\n  {'FALSE ALARM' if r.get('stage') == 'verify' else 'not checkable'} {n}: {r.get('stage')}: "
+            f"{(r.get('reason') or '')[:200]}" for n, r in sorted(alarms.items())), flush=True)
         for mutant in mutants:
             build = out / data / mutant
             _sweep(_env(out, CONV_SWEEP_TARGET=args.target, CONV_SWEEP_DATA=data, CONV_SWEEP_BUILD_DIR=build,
