@@ -22,8 +22,8 @@ output itself), e_j the products' roundings (none with a fused multiply-add: few
 lower the variance), f_j the roundings of dequantized weights (w8if32: q s computed in f32).
 Whatever the order and bracketing, |T_i| <= Q, and sum p_j**2 <= (P+ + P-)**2 <= 4 Q**2, so
 the coefficients' squares sum to at most V = (K + 4 F) Q**2, F the families of rounded factors
-(1; 2 for w8if32).  E is a martingale with bounded increments; Azuma-Hoeffding gives, for any
-data and any order,
+(1; 2 for w8if32).  To first order in u, E is a martingale with bounded increments;
+Azuma-Hoeffding gives, for any data and any order,
     P(|E| > LAMBDA u sqrt(V)) <= 2 exp(-LAMBDA**2 / 2) <= 1e-9   with LAMBDA = 6.55.
 Conditioning on the data is what removes the mixture: the bound uses this element's own Q,
 not an expectation over data, so structured data (sorted weights, weights of one sign, a bright
@@ -39,9 +39,10 @@ Accumulation in bf16 (a profile's accumulation = "bf16": the running sum rounded
 each tile of accumulation_tile terms summed in f32).  The model does not hold for those
 roundings: a bf16 running sum stagnates once a tile's sum is under half its step, so the
 roundings lose the same way every time (seen in simulation: pipeline/dev/falsealarm.py).
-Their bound is the worst case: with n = ceil(K / tile) roundings, each of at most u_b = 2**-8
-times a running sum within Q of nothing larger than the partial sums, the error e_i obeys
-|e_i| <= (1 + u_b) |e_(i-1)| + u_b Q, so |e_n| <= ((1 + u_b)**n - 1) Q; the f32 tile sums' own
+Their bound is the worst case: with n = ceil(K / tile) roundings, the i-th rounding's error at
+most u_b = 2**-8 times the value it rounds, the exact partial sum T_i (|T_i| <= Q) plus the
+error so far, the error e_i obeys |e_i| <= (1 + u_b) |e_(i-1)| + u_b Q, so
+|e_n| <= ((1 + u_b)**n - 1) Q; the f32 tile sums' own
 errors (A above) are carried through at most (1 + u_b)**n:
     A_bf16 = ((1 + u_b)**n - 1) Q + (1 + u_b)**n A.
 It passes Q once n > 177: such a target's conv cannot be checked tightly at large K / tile, and
@@ -52,8 +53,9 @@ of S and rounds the result once to bf16, to nearest.  The values a correct round
 exactly the bf16 numbers in  [rn_down(S - A), rn_up(S + A)],  rn_down (rn_up) rounding to
 nearest with ties toward -inf (+inf): either tie rule is accepted, nothing else.  (As a
 tolerance around S, on the side the output lies: up to halfway to the next bf16 number past
-the interval's end, which admits the same bf16 values and gives error / tolerance < 1 a meaning.)  Near a power
-of two this is tighter than a half step at |S| + A, which admits a neighbour no rounding reaches.
+the interval's end, which admits the same bf16 values and gives error / tolerance < 1 a
+meaning.)  Near a power of two this is tighter than a half step at |S| + A, which admits a
+neighbour no rounding reaches.
 A target that adds the bias in a separate bf16 step (profile bf16_bias_add =
 "padded-space-to-depth", below) computes y = bf16(r + b), r a bf16 rounding of the bias-free
 sum within A of S0: r in [rn_down(S0 - A), rn_up(S0 + A)], and r + b rounded to bf16 (possibly
@@ -99,7 +101,8 @@ one is not random under the model.
 
 w8i8.  Against the TFLite reference kernels IREE is expected to be bit-exact: tol = 0 LSB.
 Every accumulator must fit int32: a geometry whose worst case K * 255 * 127 (|x - zp| <= 255,
-|w| <= 127) exceeds 2**31 - 1 is refused for w8i8 (pipeline/space/refusal.py).
+|w| <= 127) exceeds 2**31 - 1 is refused for w8i8 (pipeline/space/refusal.py); a built model's
+worst case counts its bias too, 255 sum |w_o| + |b_o| (pipeline/checks/verify.py int32_guard).
 
 w8i8 on a target whose requantization rounds once (profile int8_rounding = "single-round").
 TFLite's reference kernels requantize acc * M / 2**S (M a 31-bit multiplier) in two
