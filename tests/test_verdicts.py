@@ -52,7 +52,7 @@ LISTED = [
     # fails at run with another message: changed at run
     {"case": f"conv_onnx_f32_{G1}", "stage": "run", "bucket": "run: iree-run-module exit status <n>: out of memory"},
     # fails the one check it has, as listed: xfail at verify
-    {"case": f"conv_onnx_f32_{G2}", "stage": "verify", "bucket": "verify: vs onnxruntime [some elements]: elements outside tolerance"},
+    {"case": f"conv_onnx_f32_{G2}", "stage": "verify", "bucket": "verify: vs float64 conv [some elements]: elements outside tolerance"},
     # fails at verify, but not the check listed: changed at verify
     {"case": f"conv_tflite_f32_{G2}", "stage": "verify",
      "bucket": "verify: vs TFLite reference kernels (bit-exact) [some elements]: elements outside tolerance"},

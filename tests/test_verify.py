@@ -300,3 +300,40 @@ def test_a_bf16_running_sum_gets_its_worst_case_bound_and_no_tensor_test():
     assert (bf16.within > 10 * f32.within).all() and bf16.variance is None
     checks = comparisons(case, weights, x, {**refs, "expected": exact}, exact.astype(np.float32), bf16_profile)
     assert [c.name for c in checks] == ["vs float64 conv"] and checks[0].passed
+
+
+def test_w8if32_admits_either_implementation_each_at_its_own_bound():
+    """w8if32 (int8 weights, K = 36): a module computing the float path (S, its f32 rounding)
+    passes and gets the tensor test; one computing TFLite's hybrid kernel's value passes (a value
+    within the hybrid bound H of S, matched to the oracle's output); one weight one int8 step off
+    fails on either path, though its effect is within H."""
+    from pipeline.checks.oracle import abs_sum
+    from pipeline.checks.reference import conv_nchw, to_channels_first, to_channels_last
+
+    rng = np.random.default_rng(8)
+    g = Geometry(2, (12, 10), (3, 3), (1, 1), 4, 8)
+    case = Case(g, "tflite", "w8if32")
+    scales = np.full(8, 0.3 / 127)
+    kernel = rng.integers(-127, 128, (8, 4, 3, 3)) * scales[:, None, None, None]
+    bias = rng.uniform(-0.5, 0.5, 8)
+    x = rng.uniform(-1, 1, (1, 12, 10, 4)).astype(np.float32)
+
+    def conv(w, inputs):
+        return to_channels_last(conv_nchw(to_channels_first(inputs), w, bias, g))
+
+    exact = conv(kernel, x)
+    step = np.abs(x).max() / 127  # the hybrid kernel: activations quantized per batch element
+    hybrid = conv(kernel, np.round(x / step) * step).astype(np.float32)
+    weights = ModelWeights(kernel, bias, True, weight_scales=tuple(scales))
+    refs = {"weights": weights, "exact": exact, "abs_sum": abs_sum(case, weights, x), "expected": hybrid}
+    float_path = comparisons(case, weights, x, refs, exact.astype(np.float32))
+    assert [c.passed for c in float_path] == [True, True]
+    bound = verify_module.float_bound(case, weights, x, refs)
+    assert np.abs(hybrid - exact).max() > 10 * bound.within.max()  # the hybrid path is far outside A
+    assert [c.passed for c in comparisons(case, weights, x, refs, hybrid)] == [True]
+    off = kernel.copy()
+    off[0, 0, 1, 1] += scales[0]
+    effect = np.abs(conv(off, x) - exact).max()
+    assert effect < bound.hybrid.min()  # within the bound that admits the hybrid path everywhere
+    for module in (conv(off, x), conv(off, np.round(x / step) * step)):
+        assert not comparisons(case, weights, x, refs, module.astype(np.float32))[0].passed

@@ -70,9 +70,13 @@ w8if32.  Two implementations are correct, and the bound admits both, per element
     (max - min) / 255 is smaller; zero, hence padding, is exact in both), so each input is off
     by at most s_x / 2 and output channel o by at most H = (s_x / 2) sum |W_o|, rigorously; the
     int8 products are summed exactly in int32, then scaled by s_x s_w (two f32 roundings) and
-    the bias added (one more): 3 u (sum |p_j| + H + |b_o|) bounds those, to first order
-    (u**2 terms are below 2**-40 relative).
-  A = max(float path, H + 3 u (sum |p_j| + H + |b_o|)).
+    the bias added (one more): R = 3 u (sum |p_j| + H + |b_o|) bounds those, to first order
+    (u**2 terms are below 2**-40 relative).  That path's value is deterministic: TFLite's hybrid
+    kernel computes it (the oracle, e).
+  An output passes within A of S (the float path), or where it is TFLite's hybrid value: within
+  2 R of e (both implementations' roundings), e itself within H + R of S; there the tolerance
+  around S is |e - S| + 2 R.  Each implementation is held to its own derived error, so one
+  weight off is seen on either path even where its effect is far below H.
 
 f32 models a compiler converts to bf16 (torq-compile --torq-convert-dtypes
 --torq-convert-io-dtype).  The reference is S of the operands as the module holds them: the
@@ -94,8 +98,8 @@ the summed error  Z_o = sum_n (y_n - S_n) = sum_g m_g E_g  is then a martingale 
 increments bounded by m_g u sqrt(V_g), and
     P(|Z_o| > LAMBDA u sqrt(sum_g m_g**2 V_g)) <= 1e-9   per channel (Azuma-Hoeffding, as above).
 It sees a systematic error (every element of a channel moved one way) sqrt(number of distinct
-windows) times smaller than the element bound does.  w8if32: max of that and sum_n H_n (the
-hybrid path's error is deterministic, so it adds).  bf16 outputs get none: their one rounding
+windows) times smaller than the element bound does.  w8if32: where every output is within the
+float path's A (a module on the hybrid path gets none).  bf16 outputs get none: their one rounding
 hides any error smaller than the distance to a rounding boundary, and which elements lie near
 one is not random under the model.
 
