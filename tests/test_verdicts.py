@@ -133,7 +133,7 @@ def test_accept_failures_rewrites_buckets_and_keeps_links(scenario):
     assert entries[f"conv_tflite_f32_{G1}"]["bucket"] == "compile: <tool> killed by signal SIGSEGV"
     assert entries[f"conv_tflite_f32_{G1}"]["issue"] == "https://bugs.example/1"
     assert entries[f"conv_tflite_f32_{G2}"]["bucket"] == \
-        "verify: vs TFLite interpreter [some elements]: elements outside tolerance"
+        "verify: vs float64 conv [some elements]: elements outside tolerance"
     rerun = doit("-n", "2", "-r", "json", "sweep", env=scenario["env"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     ran = sorted(t["name"] for t in json.loads(rerun.stdout)["tasks"] if t["started"] and ":conv_" in t["name"])
