@@ -153,13 +153,17 @@ def test_repro_form_covers_the_interval():
         assert (np.abs(y - e) <= atol + rtol * np.abs(e)).all()
 
 
-def test_channel_bound_groups_identical_windows():
-    """Elements with equal S and sum |p| may share their error: a group of m counts m**2 V."""
-    variance = np.full((1, 2, 4), 1.0)
-    distinct = (np.arange(8.0).reshape(1, 2, 4), np.ones((1, 2, 4)))
-    same = (np.ones((1, 2, 4)), np.ones((1, 2, 4)))
-    assert tolerance.channel_error_bound(variance, distinct, 1).tolist() == pytest.approx([tolerance.LAMBDA * 2] * 2)
-    assert tolerance.channel_error_bound(variance, same, 1).tolist() == pytest.approx([tolerance.LAMBDA * 4] * 2)
+def test_channel_bound_groups_sums_within_each_others_bound():
+    """Elements whose sums lie within each other's bound may share their error: a group of m
+    counts m**2 V (identical windows, and near-identical ones: an offset far above its spread)."""
+    variance, within = np.full((1, 2, 4), 1.0), np.full((1, 2, 4), 0.1)
+    apart = np.arange(8.0).reshape(1, 2, 4)
+    close = 5.0 + np.arange(8.0).reshape(1, 2, 4) * 0.05  # neighbours 0.05 apart, bounds 0.1 each
+    assert tolerance.channel_error_bound(variance, apart, within, 1).tolist() == pytest.approx([tolerance.LAMBDA * 2] * 2)
+    assert tolerance.channel_error_bound(variance, close, within, 1).tolist() == pytest.approx([tolerance.LAMBDA * 4] * 2)
+    two = np.array([[[0.0, 0.1, 5.0, 5.1], [0.0, 1.0, 2.0, 3.0]]])  # two pairs; four apart
+    assert tolerance.channel_error_bound(variance, two, within, 1).tolist() == pytest.approx(
+        [tolerance.LAMBDA * np.sqrt(8), tolerance.LAMBDA * 2])
 
 
 def test_hybrid_bound_is_half_an_activation_step_per_weight_per_batch_element():

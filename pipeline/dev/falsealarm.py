@@ -41,7 +41,7 @@ bf16 accumulation's worst-case bound (no tensor test: its errors may share a sig
 tensor test: consecutive `channel` (64) elements
 form a channel (they share w, as one output channel's outputs do; the rows of X are its
 windows); a channel fails when |sum of its errors| exceeds tolerance.channel_error_bound of
-the elements' accumulation_variance, keyed by (S, sum |p|).
+the elements' accumulation_variance (elements whose sums lie within each other's bound grouped).
 
 The default budget is about 10**7 elements over the covered data sets, in-order and pairwise
 (K = 9: 10**6 per cell, 576: 2 10**5, 4,608: 5 10**4, 41,472: 2 10**4; each a multiple of the
@@ -171,8 +171,8 @@ def bounds(total: np.ndarray, abs_sum: np.ndarray, k: int, accumulation: str, ch
     shape = (total.size // channel, channel)
     used = shape[0] * channel
     variance = tolerance.accumulation_variance(k, q[:used].reshape(shape), factors=FACTORS)
-    keys = (total[:used].reshape(shape), abs_sum[:used].reshape(shape))
-    return tolerance.accumulation_bound(k, q, factors=FACTORS), tolerance.channel_error_bound(variance, keys, 0)
+    within = tolerance.accumulation_bound(k, q, factors=FACTORS)
+    return within, tolerance.channel_error_bound(variance, total[:used].reshape(shape), within[:used].reshape(shape), 0)
 
 
 def _ratio(value: np.ndarray, bound: np.ndarray) -> np.ndarray:
