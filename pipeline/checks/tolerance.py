@@ -94,7 +94,7 @@ The tensor test (f32 outputs).  Under the model the roundings of different eleme
 separate operations, so their errors E_n are independent, except where elements compute (nearly)
 the same thing: identical windows repeat the same operations and errors, and windows so alike
 that their terms differ by less than the partial sums' rounding step repeat the same roundings
-(seen on llvm-cpu: x = 100 +- 0.01 with weights of one sign, every element's error +0.015).
+(an input offset far above its spread, with weights of one sign: docs/measurements.md).
 Elements whose sums lie within each other's bound (|S_i - S_j| <= A_i + A_j, linked in a chain)
 form one group g of m_g elements taken to share one error (V_g its largest): a conservative
 grouping, which only widens the bound.  Per output channel,
