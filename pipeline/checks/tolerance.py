@@ -153,15 +153,15 @@ def partial_sum_bound(total: np.ndarray, abs_sum: np.ndarray, bias) -> np.ndarra
                       np.maximum(negative, 0.0) + np.maximum(-bias, 0.0))
 
 
-def accumulation_variance(k: int, q: np.ndarray, unit: float = U_F32, factors: int = 1) -> np.ndarray:
-    """u**2 V = u**2 (K + 4 F) Q**2: the variance proxy of one element's accumulation error."""
-    return unit * unit * (k + 4.0 * factors) * np.square(np.asarray(q, dtype=np.float64))
+def accumulation_variance(k: int, q: np.ndarray, factors: int = 1) -> np.ndarray:
+    """u**2 V = u**2 (K + 4 F) Q**2: the variance proxy of one element's f32 accumulation error."""
+    return U_F32 * U_F32 * (k + 4.0 * factors) * np.square(np.asarray(q, dtype=np.float64))
 
 
-def accumulation_bound(k: int, q: np.ndarray, unit: float = U_F32, factors: int = 1) -> np.ndarray:
+def accumulation_bound(k: int, q: np.ndarray, factors: int = 1) -> np.ndarray:
     """A = LAMBDA u sqrt(K + 4 F) Q: one implementation's accumulation error, exceeded with
     probability at most 1e-9 per element, for any data and summation order."""
-    return LAMBDA * np.sqrt(accumulation_variance(k, q, unit, factors))
+    return LAMBDA * np.sqrt(accumulation_variance(k, q, factors))
 
 
 def bf16_accumulation_bound(k: int, q: np.ndarray, tile: int, factors: int = 1) -> np.ndarray:
@@ -169,7 +169,7 @@ def bf16_accumulation_bound(k: int, q: np.ndarray, tile: int, factors: int = 1) 
     ceil(K / tile) bf16 roundings plus the f32 bound carried through them."""
     growth = (1.0 + U_BF16) ** -(-k // max(int(tile), 1))
     q = np.asarray(q, dtype=np.float64)
-    return (growth - 1.0) * q + growth * accumulation_bound(k, q, U_F32, factors)
+    return (growth - 1.0) * q + growth * accumulation_bound(k, q, factors)
 
 
 def activation_quantization(kernel: np.ndarray, x: np.ndarray, shape: tuple, channel_axis: int) -> np.ndarray:
@@ -204,15 +204,16 @@ def _binade(v: np.ndarray) -> np.ndarray:
     return (exponent - 1).astype(np.float64)
 
 
-def _bf16_spacing(v: np.ndarray) -> np.ndarray:
-    """The spacing of bf16 numbers in the binade of |v| (the subnormals' below the normal range)."""
-    return 2.0 ** (_binade(v) - BF16_MANTISSA_BITS)
+def bf16_ulp(values: np.ndarray) -> np.ndarray:
+    """The spacing of bf16 numbers in the binade of |values| (below the normal range, the
+    subnormals' spacing, the smallest normal's)."""
+    return 2.0 ** (_binade(values) - BF16_MANTISSA_BITS)
 
 
 def _bf16_floor(v: np.ndarray) -> np.ndarray:
     """The largest bf16 number <= v (float64 in, float64 out, exact)."""
     v = np.asarray(v, dtype=np.float64)
-    step = _bf16_spacing(v)
+    step = bf16_ulp(v)
     return np.floor(v / step) * step  # a power-of-two step: exact; a negative v just above -2**e floors to it
 
 
@@ -267,12 +268,6 @@ def interval_tolerance(reference: np.ndarray, low: np.ndarray, high: np.ndarray,
     above = _bf16_ceil(np.nextafter(high, np.inf))  # the smallest bf16 number past the interval
     below = _bf16_floor(np.nextafter(low, -np.inf))
     return np.where(actual >= reference, (high + above) / 2.0 - reference, reference - (low + below) / 2.0)
-
-
-def bf16_ulp(values: np.ndarray) -> np.ndarray:
-    """Spacing of bf16 numbers at |values| (normal range; below it, the smallest normal's, which
-    is wider than the subnormals' spacing)."""
-    return _bf16_spacing(values)
 
 
 def bf16_terms(within: float) -> tuple[float, float]:

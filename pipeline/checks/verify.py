@@ -92,15 +92,15 @@ def float_bound(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     return replace(bound, hybrid=hybrid, scaling=hybrid - h)
 
 
-def hybrid_path(bound: Bound, expected: np.ndarray, actual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """w8if32: where the module computed TFLite's hybrid kernel's value (within both
-    implementations' scaling roundings of the oracle's output, itself within its derived bound
-    H of S), and the tolerance around S there, |e - S| + those roundings; elsewhere the float
-    path's A. Admits both correct implementations, each at its own derived error."""
+def hybrid_path(bound: Bound, expected: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """w8if32's tolerance around S: where the module computed TFLite's hybrid kernel's value
+    (within both implementations' scaling roundings of the oracle's output, itself within its
+    derived bound H of S), |e - S| + those roundings; elsewhere the float path's A. Admits both
+    correct implementations, each at its own derived error."""
     e, y, s = (np.asarray(a, dtype=np.float64) for a in (expected, actual, bound.reference))
     rounding = 2.0 * bound.scaling  # the module's and the oracle's
     matched = (np.abs(e - s) <= bound.hybrid) & (np.abs(y - e) <= rounding)
-    return matched, np.where(matched, np.maximum(bound.within, np.abs(e - s) + rounding), bound.within)
+    return np.where(matched, np.maximum(bound.within, np.abs(e - s) + rounding), bound.within)
 
 
 def _bf16_check(name: str, case: Case, reference: np.ndarray, abs_sum: np.ndarray, bias, actual: np.ndarray,
@@ -216,7 +216,7 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
                             refs["abs_sum"], weights.bias, actual, profile)]
     bound = float_bound(case, weights, x, refs, profile)
     if case.flavor == "w8if32":  # either implementation, each at its own bound
-        matched, within = hybrid_path(bound, refs["expected"], actual)
+        within = hybrid_path(bound, refs["expected"], actual)
         check = compare("vs float64 conv of the dequantized int8 weights", bound.reference,
                         actual.astype(np.float64), within)
         float_path = bool((np.abs(actual.astype(np.float64) - bound.reference) <= bound.within).all())
