@@ -1,4 +1,5 @@
-"""Run configuration, resolved once from the environment at the edge (dodo.py, conftest.py).
+"""Run configuration, resolved once from the environment at the edge: dodo.py (through
+pipeline/engine/tasks.py's load) and the pytest front end, tests/test_conv_sweep.py.
 
 The knobs are the environment variables declared in KNOBS below (docs/knobs.md explains each and
 tests/test_knobs.py checks its table against KNOBS); any other CONV_SWEEP_* variable is refused.
