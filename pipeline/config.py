@@ -178,6 +178,10 @@ class Config:
     order: str = ORDERS[0]  # the order case chains start in: chains (depth first) or breadth (doit's own)
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # seconds between progress lines off a terminal
     data: str = DATA_MODES[0]  # the data mode of every case (pipeline/space/data.py)
+    # what selects and resolves targets, kept for the Config of another release (at_version)
+    targets_file: Path | None = None  # CONV_SWEEP_TARGETS_FILE, resolved; None: the built-in profiles alone
+    toolchain_dir: Path | None = None  # CONV_SWEEP_TOOLCHAIN_DIR, resolved; None: the default folder
+    compiler: str | None = None  # CONV_SWEEP_IREE_COMPILE, resolved: every target's compiler; None: each its own
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None,
@@ -204,9 +208,8 @@ class Config:
             if resolved is None:
                 raise ConfigError("CONV_SWEEP_IREE_COMPILE", compiler, "is not an executable file")
             compiler = resolved
-        targets_file = env.get("CONV_SWEEP_TARGETS_FILE") or None
-        profiles = select(env.get("CONV_SWEEP_TARGET", ""),
-                          load_profiles(base / targets_file if targets_file else None))
+        targets_file = base / env["CONV_SWEEP_TARGETS_FILE"] if env.get("CONV_SWEEP_TARGETS_FILE") else None
+        profiles = select(env.get("CONV_SWEEP_TARGET", ""), load_profiles(targets_file))
         spec_path = env.get("CONV_SWEEP_SPEC") or None
         profile = env.get("CONV_SWEEP_PROFILE", "").strip() or DEFAULT_PROFILE
         if profile not in PROFILES:
@@ -234,17 +237,10 @@ class Config:
         tool_files = _tool_files(env, base)
         targets = []
         for profile in profiles:
-            manifest = installed_toolchain(profile, toolchain_root, install_to, backends)
             expected_path = base / pattern.replace("{target}", profile.name) if pattern \
                 else expected.DEFAULT_DIR / f"{profile.name}.json"
-            targets.append(Target(
-                profile, compiler or resolve_tool(profile, profile.compiler, base, manifest),
-                resolve_tool(profile, profile.runner, base, manifest),
-                resolve_tool(profile, profile.dump_tool, base, manifest),
-                flags, expected.load(expected_path, missing_ok=not pattern), expected_path, manifest,
-                resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None,
-                fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else (),
-                tool_files))
+            targets.append(_target(profile, toolchain_root, base, compiler, flags, expected_path, not pattern,
+                                   tool_files, install_to, backends))
         scheduler = parse_scheduler(env.get("CONV_SWEEP_SCHEDULER"))
         artifacts = parse_artifacts(env.get("CONV_SWEEP_ARTIFACTS"))
         from pipeline.space import shard
@@ -261,6 +257,7 @@ class Config:
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
                    part, benchmark == "1", timeouts == "predicted", cache_dir,
                    budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
+                   targets_file=targets_file, toolchain_dir=toolchain_root, compiler=compiler,
                    progress_interval=progress_interval(env),
                    data=check_data_mode(env.get("CONV_SWEEP_DATA", "").strip() or DATA_MODES[0], "CONV_SWEEP_DATA"))
 
@@ -284,6 +281,32 @@ class Config:
 
     def target(self, name: str) -> Target:
         return next(t for t in self.targets if t.name == name)
+
+    def scratch(self, folder) -> "Config":
+        """This run building in `folder` (a triage command's own: hunt cases, shrink attempts,
+        flag trials, bisected releases), every case in this process: no Dask scheduler, no shard."""
+        return replace(self, build_dir=Path(folder), scheduler=None, shard=None)
+
+    def at_version(self, target: str, version: str, expected_failures: Path | None = None,
+                   base_dir: Path | None = None, install_to=None, backends=None) -> "Config":
+        """This run with one target: `target` at another release of its toolchain, as
+        CONV_SWEEP_TARGET=<profile>@<version> selects it (pipeline/targets/profiles.py), its tools
+        from that release's install, or the run's compiler where CONV_SWEEP_IREE_COMPILE replaces
+        every target's. A release not installed yet is installed, its progress written to
+        `install_to`, where that stream is given, else it is an error; a release must read today's
+        importers' MLIR of every backend, or of `backends` where given (a ConfigError says it
+        cannot read). Its expected failures are `expected_failures`' (a file), else the release's
+        own list where there is one. Relative tool paths of a profile start at `base_dir` (the
+        user's folder; default: the working folder)."""
+        current = self.target(target)
+        (profile,) = select(f"{current.profile.base}@{version}", load_profiles(self.targets_file))
+        expected_path = expected_failures or expected.DEFAULT_DIR / f"{profile.name}.json"
+        from pipeline.targets.toolchain import default_root
+
+        root = self.toolchain_dir or default_root()
+        return replace(self, targets=(_target(profile, root, Path(base_dir or os.getcwd()), self.compiler,
+                                              current.extra_flags, Path(expected_path), expected_failures is None,
+                                              current.tool_files, install_to, backends),))
 
     def store(self):
         """The store of stage outputs (pipeline/core/store.py), or None where it is off."""
@@ -328,6 +351,24 @@ class Config:
     def case_dir(self, case: Case) -> Path:
         """The case's artifacts on its target: module, outputs, result.json, logs, repro.sh."""
         return self.layout.case_dir(case.name, case.target)
+
+
+def _target(profile: Profile, root: Path, base: Path, compiler: str | None, flags: tuple[str, ...],
+            expected_path: Path, missing_ok: bool, tool_files: tuple[str, ...], install_to=None,
+            backends=None) -> Target:
+    """A selected profile as a Target: its toolchain's install found in `root` (installed on demand
+    where `install_to` is given: installed_toolchain), its tools resolved (the `compiler` given
+    replaces its own), its expected failures loaded from `expected_path` (a missing file is an
+    empty list where `missing_ok`)."""
+    manifest = installed_toolchain(profile, root, install_to, backends)
+    return Target(
+        profile, compiler or resolve_tool(profile, profile.compiler, base, manifest),
+        resolve_tool(profile, profile.runner, base, manifest),
+        resolve_tool(profile, profile.dump_tool, base, manifest),
+        flags, expected.load(expected_path, missing_ok=missing_ok), expected_path, manifest,
+        resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None,
+        fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else (),
+        tool_files)
 
 
 def _cache_dir(env, base: Path) -> Path | None:

@@ -83,6 +83,46 @@ def test_compiler_override_applies_to_the_selected_target(tmp_path):
     assert "--iree-hal-local-target-device-backends=vmvx" in target.compile_flags("tflite_f32")
 
 
+def test_scratch_is_the_run_building_elsewhere_in_this_process(tmp_path):
+    from dataclasses import replace
+
+    cfg = Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path / "b"), "CONV_SWEEP_SCHEDULER": "local:2",
+                           "CONV_SWEEP_SHARD": "1/2"})
+    scratch = cfg.scratch(str(tmp_path / "s"))
+    assert (scratch.build_dir, scratch.scheduler, scratch.shard) == (tmp_path / "s", None, None)
+    assert replace(scratch, build_dir=cfg.build_dir, scheduler=cfg.scheduler, shard=cfg.shard) == cfg
+
+
+def test_another_release_is_the_target_its_name_selects(tmp_path):
+    from pipeline.targets.profiles import pinned_version
+
+    fake = tmp_path / "my-compile"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    env = {"CONV_SWEEP_BUILD_DIR": str(tmp_path / "b"), "CONV_SWEEP_TARGET": "vmvx,llvm-cpu",
+           "CONV_SWEEP_COMPILE_FLAGS": "--extra", "CONV_SWEEP_TOOLCHAIN_DIR": str(tmp_path / "toolchains"),
+           "CONV_SWEEP_N": "1"}
+    cfg = Config.from_env(env)
+    pinned = cfg.at_version("llvm-cpu", pinned_version("iree"))  # the pinned release is the bare profile
+    assert pinned.targets == (cfg.target("llvm-cpu"),) and pinned.build_dir == cfg.build_dir
+    assert [c.key for c in pinned.cases()] == [c.key for c in cfg.cases() if c.target == "llvm-cpu"]
+    # a release not installed: the error that selecting it by name gives, naming the install command
+    with pytest.raises(ConfigError) as err:
+        cfg.at_version("llvm-cpu", "3.12.0")
+    with pytest.raises(ConfigError) as named:
+        Config.from_env({**env, "CONV_SWEEP_TARGET": "llvm-cpu@3.12.0"})
+    assert str(err.value) == str(named.value) and "doit toolchain" in str(err.value)
+    with pytest.raises(ConfigError, match="must be <target>@<version>"):
+        cfg.at_version("llvm-cpu", "latest")
+    # the run's compiler replaces the release's where it replaces every target's; expected failures from a file
+    listed = tmp_path / "listed.json"
+    listed.write_text('{"expected_failures": [{"case": "conv_*", "stage": "compile", "bucket": "compile: x"}]}')
+    replaced = Config.from_env({**env, "CONV_SWEEP_IREE_COMPILE": str(fake)})
+    there = replaced.at_version("vmvx", pinned_version("iree"), expected_failures=listed).targets[0]
+    assert there.compiler == str(fake) and there.extra_flags == ("--extra",)
+    assert there.expected_path == listed and len(there.expectations) == 1
+
+
 def test_torq_without_its_toolchain_names_the_install_command(tmp_path):
     with pytest.raises(ConfigError) as err:
         Config.from_env({"CONV_SWEEP_BUILD_DIR": str(tmp_path), "CONV_SWEEP_TARGET": "torq",
