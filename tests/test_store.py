@@ -165,6 +165,24 @@ def test_objects_stay_read_only_and_the_rest_gets_the_umask_s_mode(tmp_path, mas
     assert not [p for p in (tmp_path / "store").rglob(".*")]  # no temporary file left behind
 
 
+def test_a_write_that_fails_leaves_the_entry_as_it_was_and_nothing_beside_it(tmp_path):
+    from pipeline.core.store import _atomic_copy, _atomic_write
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f").write_bytes(b"bytes")
+    store = Store(tmp_path / "store")
+    key = key_of({"stage": "vmfb"})
+    store.put(key, tmp_path / "src", ["f"])
+    entry = store._entry(key)
+    before = entry.read_bytes()
+    with pytest.raises(TypeError):
+        _atomic_write(entry, "not bytes")  # fails once its temporary file exists
+    with pytest.raises(FileNotFoundError):
+        _atomic_copy(tmp_path / "no-such-file", entry)
+    assert entry.read_bytes() == before and store.get(key, tmp_path / "d", ["f"])
+    assert not [p for p in (tmp_path / "store").rglob(".*")]
+
+
 # ------------------------------------------------------------------ through doit, with the real tools
 
 def _env(tmp_path, build: str, store, **knobs) -> dict:

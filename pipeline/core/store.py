@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.integrity import sha256
-from pipeline.core.tools import temp_beside
+from pipeline.core.tools import atomic_output
 
 DISABLED = ("off", "none", "0")  # CONV_SWEEP_CACHE_DIR values that turn the store off
 
@@ -62,17 +62,17 @@ class Hit:
     outcome: dict | None  # {"stage", "reason", "log"} of a deterministic failure, else None
 
 
+# The store's files are written by atomic_output (pipeline/core/tools.py): in a temporary file
+# beside them, renamed into place once whole, with the mode the umask gives (an object is made
+# read-only by its caller). The temporary file ends in TMP, never in .json: prune, which reads
+# every entries/*/*.json, never takes one for an entry.
+TMP = ".tmp"
+
+
 def _atomic_copy(source: Path, dest: Path) -> None:
-    """A copy of source at dest, with the mode the umask gives (an object is made read-only by
-    its caller)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(dest, ".tmp")
-    try:
+    """A copy of source at dest."""
+    with atomic_output(dest, TMP) as tmp:
         shutil.copyfile(source, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _atomic_link(source: Path, dest: Path) -> None:
@@ -94,16 +94,9 @@ def _atomic_link(source: Path, dest: Path) -> None:
 
 
 def _atomic_write(dest: Path, data: bytes) -> None:
-    """`data` at dest, with the mode the umask gives (an object is made read-only by its caller)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(dest, ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """`data` at dest."""
+    with atomic_output(dest, TMP) as tmp:
+        tmp.write_bytes(data)
 
 
 class Store:
