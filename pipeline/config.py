@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -182,6 +183,12 @@ class Config:
     targets_file: Path | None = None  # CONV_SWEEP_TARGETS_FILE, resolved; None: the built-in profiles alone
     toolchain_dir: Path | None = None  # CONV_SWEEP_TOOLCHAIN_DIR, resolved; None: the default folder
     compiler: str | None = None  # CONV_SWEEP_IREE_COMPILE, resolved: every target's compiler; None: each its own
+    # re-run the tool invocations a previous run cut at the same limit (else a known timeout is a
+    # result like any other, taken from the store: pipeline/run/stages.py)
+    retry_timeouts: bool = False
+    # the run's start (time.time()): the limits count the invocations the build folder recorded
+    # before it (pipeline/targets/cost.py's LimitBook); None: all of them
+    observed_before: float | None = None
 
     @classmethod
     def from_env(cls, environ=None, default_build_dir: Path | None = None, base_dir: Path | None = None,
@@ -259,7 +266,8 @@ class Config:
                    budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
                    targets_file=targets_file, toolchain_dir=toolchain_root, compiler=compiler,
                    progress_interval=progress_interval(env),
-                   data=check_data_mode(env.get("CONV_SWEEP_DATA", "").strip() or DATA_MODES[0], "CONV_SWEEP_DATA"))
+                   data=check_data_mode(env.get("CONV_SWEEP_DATA", "").strip() or DATA_MODES[0], "CONV_SWEEP_DATA"),
+                   observed_before=time.time())
 
     @cached_property
     def sampled(self):
@@ -322,19 +330,23 @@ class Config:
     def report_dir(self, target: str) -> Path:
         return self.layout.report_dir(target)
 
+    @cached_property
+    def limits(self) -> cost.LimitBook:
+        """This run's limit book: every limit of the run comes from it (pipeline/targets/cost.py)."""
+        return cost.LimitBook(self.observed_before)
+
     def limit(self, case: Case, stage: str) -> Limit:
         """The seconds one `stage` invocation (compile, run) of the case may take: the budget
         (CONV_SWEEP_TIMEOUT, the profile's), lowered to the case's predicted cost
         (pipeline/targets/cost.py) from the target's calibration, widened by what this build
-        folder's runs measured."""
+        folder's runs measured before this one started (the run's limit book)."""
         profile = self.target(case.target).profile
         rule = profile.rule(stage)
         if rule is not None and stage in dict(self.budgets):
             rule = replace(rule, limit=dict(self.budgets)[stage])
         if rule is None or not rule.margin or not self.predicted_timeouts:
             return cost.limit(rule, cost.Envelope(), geometry_macs(case.geometry), self.timeout, stage)
-        envelope = cost.calibrated(profile.calibration_file, stage).widened(
-            cost.observed(self.report_dir(case.target), stage))
+        envelope = self.limits.envelope(profile.calibration_file, self.report_dir(case.target), stage)
         return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage)
 
     def mlir_input(self, case: Case) -> str:

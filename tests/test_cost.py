@@ -3,6 +3,8 @@ times, the prediction and its range, the limit rule (floor, margin, hard limits)
 predicted cut gives and its bucket, the profile's rules checked field by field, calibration
 files, and a run's own observations."""
 import json
+import pickle
+import time
 
 import pytest
 
@@ -119,16 +121,34 @@ def test_a_calibration_file_round_trips_and_a_bad_one_is_named(tmp_path):
         cost.calibrated(bad, "run")
 
 
-def test_observations_are_read_as_they_grow_and_a_torn_line_is_skipped(tmp_path):
+def test_the_limit_book_counts_what_was_recorded_before_the_run_and_skips_a_torn_line(tmp_path):
+    calibration = tmp_path / "absent.json"  # no calibration: the envelope is the observations'
     cost.observe(tmp_path, "run", 100, 1.5)
     cost.observe(tmp_path, "compile", 100, 0.7)
-    assert cost.observed(tmp_path, "run") == [(100, 1.5)]
-    cost.observe(tmp_path, "run", 200, 2.5)
     with open(tmp_path / cost.OBSERVED, "a") as f:
         f.write('{"stage": "run", "macs": 3')  # a run killed while writing its line
-    assert cost.observed(tmp_path, "run") == [(100, 1.5), (200, 2.5)]
-    assert cost.observed(tmp_path, "compile") == [(100, 0.7)]
-    assert cost.observed(tmp_path / "nothing", "run") == []
+    book = cost.LimitBook(before=time.time() + 1)
+    assert book.envelope(calibration, tmp_path, "run").points == ((100, 1.5),)
+    assert book.envelope(calibration, tmp_path, "compile").points == ((100, 0.7),)
+    assert book.envelope(calibration, tmp_path / "nothing", "run").points == ()
+
+
+def test_the_limit_book_gives_one_answer_per_run_whatever_finishes_during_it(tmp_path):
+    """Invocations recorded once the run started count from the next run on: a book read
+    before them and a book read after them (another process of the same run) agree."""
+    calibration = tmp_path / "absent.json"
+    cost.observe(tmp_path, "compile", 100, 0.7)
+    started = time.time() + 0.01
+    time.sleep(0.02)
+    early = cost.LimitBook(started)
+    assert early.envelope(calibration, tmp_path, "compile").points == ((100, 0.7),)
+    cost.observe(tmp_path, "compile", 1000, 9.0)  # finished during the run
+    late = pickle.loads(pickle.dumps(cost.LimitBook(started)))  # a Dask worker's copy, read later
+    assert late.envelope(calibration, tmp_path, "compile") == early.envelope(calibration, tmp_path, "compile")
+    copied = pickle.loads(pickle.dumps(early))  # the driver's book, shipped with its Config
+    assert copied.envelope(calibration, tmp_path, "compile").points == ((100, 0.7),)
+    assert cost.LimitBook(time.time() + 1).envelope(calibration, tmp_path, "compile").points == \
+        ((100, 0.7), (1000, 9.0))  # the next run counts it
 
 
 def test_observations_name_their_case_where_the_line_does(tmp_path):
@@ -138,5 +158,4 @@ def test_observations_name_their_case_where_the_line_does(tmp_path):
     with open(tmp_path / cost.OBSERVED, "a") as f:
         f.write('{"stage": "compile", "macs": 3')
     assert cost.observations(tmp_path, "compile") == [("conv_a", 100, 0.7), ("", 200, 0.9)]
-    assert cost.observed(tmp_path, "compile") == [(100, 0.7), (200, 0.9)]
     assert cost.observations(tmp_path / "nothing", "run") == []

@@ -141,3 +141,31 @@ def test_a_compile_past_its_budget_is_a_timeout_and_listed_it_is_xfail(tmp_path)
     assert case["status"] == "pass", case
     assert "finished within its budget" in case["notes"]["listed_timeout"]
     assert case["stages"]["run"]["seconds"] > 0 and case["metrics"]
+
+
+def test_a_known_timeout_is_a_result_until_its_budget_rises_or_it_is_retried(tmp_path):
+    """A compile cut at its budget records the budget as its time; a rerun takes the cut from the
+    store (the compiler does not run); a raised budget runs it again and records the new cut;
+    `--retry-timeouts` runs it again at the same budget."""
+    store = tmp_path / "store"
+
+    def sweep(budget: str, *options: str):
+        env = {**_slow_compile_env(tmp_path, budget, listed=True), "CONV_SWEEP_CACHE_DIR": str(store)}
+        run = doit(*options, "-n", "2", "sweep", env=env, timeout=900)
+        assert run.returncode == 0, run.stderr[-3000:]  # listed: green every time
+        case = next(r for r in results(tmp_path / "build").values()
+                    if r["category"] == "tiny" and r["backend"] == "onnx" and r["flavor"] == "f32")
+        assert case["status"] == "xfail" and case["notes"]["outcome"] == "timeout", case
+        log = next((tmp_path / "build" / "cases" / case["case"]).glob("*/compile.log")).read_text()
+        return case["stages"]["compile"], log
+
+    stage, log = sweep("compile=4")
+    assert stage == {"seconds": 4.0, "cut": True} and "taken from the store" not in log
+    stage, log = sweep("compile=4")  # nothing changed: the cut is a result
+    assert stage == {"seconds": 0.0, "store": True, "cut": True, "limit": 4.0}, stage
+    assert log.startswith("# taken from the store") and "timed out after 4 s" in log
+    stage, log = sweep("compile=6")  # a raised budget: run again, cut again, at 6 s
+    assert stage == {"seconds": 6.0, "cut": True} and "taken from the store" not in log
+    assert sweep("compile=6")[0]["store"]
+    stage, log = sweep("compile=6", "--retry-timeouts")
+    assert stage == {"seconds": 6.0, "cut": True} and "taken from the store" not in log

@@ -24,7 +24,9 @@ from pipeline.checks.compare import Comparison, compare, compare_channel_sums, w
 from pipeline.targets.compiler import PROFILE, check_vmfb, estimated_time
 from pipeline.space.data import make_input
 from pipeline.space.refusal import INT32_MAX
+from pipeline.core.cuts import KnownCuts, known_cut
 from pipeline.core.errors import StageError
+from pipeline.core.integrity import sha256
 from pipeline.core.isolate import call
 from pipeline.outcome.result import COMPILED, FAIL, PASS, Result, read_all_stages
 from pipeline.targets.runner import input_arg as runner_input_arg
@@ -331,13 +333,31 @@ def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeou
     return refs, {"seconds": seconds}
 
 
+def _run_cuts(target, vmfb: Path, input_path: Path, store, retry: bool) -> KnownCuts | None:
+    """What identifies one run for a cut the store keeps: the module's and the input's bytes, the
+    run tool's identity, its flags and I/O convention."""
+    if not store:
+        return None
+    from pipeline.core.fingerprint import tool_digest
+    from pipeline.core.store import key_of
+    from pipeline.targets.profiles import toolchain_identity
+
+    profile = target.profile
+    key = key_of({"stage": "run", "module": sha256(vmfb), "input": sha256(input_path),
+                  "runner": tool_digest(target.runner, **target.launchers),
+                  "toolchain": toolchain_identity(target.toolchain), "flags": list(profile.run_flags),
+                  "io": profile.io})
+    return KnownCuts(store, key, f"run of {vmfb}", retry)
+
+
 def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float,
-                benchmark: bool = False, run_limit=None, store=None) -> Result:
+                benchmark: bool = False, run_limit=None, store=None, retry_timeouts: bool = False) -> Result:
     """Run and check one case on its target (a config.Target); write the inputs, expected and
     actual outputs and result.json in case_dir. With `benchmark`, a passing case's module is
     also timed with the target's benchmark tool (pipeline/targets/perf.py). The run tool gets
     `run_limit` (a pipeline/targets/cost.py Limit; else `timeout`), every other tool `timeout`.
-    The oracle's outputs come from `store` (pipeline/core/store.py) where it has them."""
+    The oracle's outputs come from `store` (pipeline/core/store.py) where it has them, and so
+    does a run cut at its limit before (pipeline/core/cuts.py; not with `retry_timeouts`)."""
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / VMFB
     stages = read_all_stages(model_dir, case_dir)
@@ -368,9 +388,12 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         write_input(input_path, x_module, sig.inputs[0], profile.io)
     else:
         input_path = model_dir / INPUT  # the model's own input, as saved
-    actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
-                               timeout=run_limit.seconds if run_limit else timeout, log=case_dir / "run.log",
-                               timeout_note=run_limit.cut_note() if run_limit else None)
+    seconds_allowed = run_limit.seconds if run_limit else timeout
+    with known_cut(_run_cuts(target, vmfb, input_path, store, retry_timeouts), "run", seconds_allowed,
+                   case_dir / "run.log"):
+        actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
+                                   timeout=seconds_allowed, log=case_dir / "run.log",
+                                   timeout_note=run_limit.cut_note() if run_limit else None)
     stages["run"] = {"seconds": round(seconds, 4)}
     save_npy(case_dir / ACTUAL, actual)
     if case.flavor == "w8if32":

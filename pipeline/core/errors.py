@@ -19,9 +19,12 @@ class StageError(Exception):
     """A stage of one case failed: the case is recorded as an error at that stage."""
 
     def __init__(self, stage: str, reason: str, argv: list[str] | None = None, log: str | None = None,
-                 seconds: float | None = None, deterministic: bool = False, cut: bool = False):
+                 seconds: float | None = None, deterministic: bool = False, cut: bool = False,
+                 limit: float | None = None, remembered: bool = False):
         self.stage, self.reason, self.argv, self.log = stage, reason, argv, log
         self.cut = cut  # the tool was cut at its time limit: a timeout, not a failure it reported
+        self.limit = limit  # a cut's time limit: the seconds the tool ran before it was cut
+        self.remembered = remembered  # a cut taken from the store (pipeline/core/cuts.py), not run again
         self.seconds = seconds  # how long the failing tool ran, where it ended by itself (not cut)
         # the same input, flags and tool fail the same way again: the tool exited with an error
         # or crashed by its own doing, not killed from outside or cut at a time limit

@@ -38,15 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.integrity import sha256
+from pipeline.core.layout import user_cache
 from pipeline.core.tools import atomic_output
 
 DISABLED = ("off", "none", "0")  # CONV_SWEEP_CACHE_DIR values that turn the store off
 
 
 def default_dir(environ=None) -> Path:
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "conv-sweep" / "store"
+    return user_cache(environ) / "store"
 
 
 def key_of(fields: dict) -> str:
@@ -184,9 +183,10 @@ class Store:
         self._touch(key)
         return found
 
-    def put_outcome(self, key: str, stage: str, reason: str, log: str, what: str = "") -> None:
-        """Remember a deterministic failure of the stage: its reason and its log's text."""
-        self._write_entry(key, {"files": {}, "outcome": {"stage": stage, "reason": reason, "log": log},
+    def put_outcome(self, key: str, stage: str, reason: str, log: str, what: str = "", **facts) -> None:
+        """Remember a failure of the stage: its reason, its log's text, and any other `facts`
+        (a cut's time limit: pipeline/run/stages.py keys cuts apart from outputs)."""
+        self._write_entry(key, {"files": {}, "outcome": {"stage": stage, "reason": reason, "log": log, **facts},
                                 "what": what})
 
     def _write_entry(self, key: str, entry: dict) -> None:

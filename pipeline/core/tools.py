@@ -185,7 +185,7 @@ def run_tool_output(argv: list[str], *, stage: str, timeout: float, log: Path,
         stdout, stderr = proc.communicate()
         said = f"timed out after {timeout:g} s" + (f": {timeout_note}" if timeout_note else "")
         _append_log(log, argv, said, stdout, stderr)
-        raise StageError(stage, f"{tool} {said}", argv, str(log), cut=True) from None
+        raise StageError(stage, f"{tool} {said}", argv, str(log), cut=True, limit=timeout) from None
     finally:
         _kill_group(proc)  # nothing the tool started outlives it
     elapsed = time.monotonic() - start

@@ -21,6 +21,7 @@ from pipeline.space.cases import Case
 from pipeline.space.geometry import macs as geometry_macs
 from pipeline.targets import cost
 from pipeline.config import Config
+from pipeline.core.cuts import KnownCuts, known_cut
 from pipeline.core.errors import StageError
 from pipeline.core.fingerprint import stage_fingerprint, tool_digest
 from pipeline.core.integrity import sha256
@@ -61,12 +62,15 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
 
     hit = None
 
-    def failed(status, stage_, reason, log_):
+    def failed(status, stage_, reason, log_, cut=None):
         messages = []
         for case in cases:
             stages = read_all_stages(cfg.model_dir(case), cfg.case_dir(case))
             if hit and hit.outcome:  # counted as taken from the store, like outputs
                 stages[stage] = {"seconds": 0.0, "store": True}
+            if cut is not None and cut.limit is not None:  # a cut tool ran to its limit: the time counts
+                stages[stage_] = ({"seconds": 0.0, "store": True, "cut": True, "limit": cut.limit} if cut.remembered
+                                  else {"seconds": round(cut.limit, 4), "cut": True})
             result = Result.for_case(case, status, stage=stage_, reason=reason, log=log_, stages=stages)
             messages.append(_record(case, cfg, result, repros[case.key], judge_now=task == "verify"))
         return "\n".join(m for m in messages if m) or None
@@ -89,7 +93,8 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             waits = waited()  # for a helper another thread's task held: not this stage's time
             outcome = _built(work, work_dir, log, store, key, names, what=f"{stage} of {first.name}")
     except StageError as err:
-        return failed(TIMEOUT if err.cut else ERROR, err.stage, err.reason, err.log or str(log))
+        return failed(TIMEOUT if err.cut else ERROR, err.stage, err.reason, err.log or str(log),
+                      cut=err if err.cut else None)
     except Exception as err:  # our own code raised: a harness error, never an expected failure
         with open(log, "a") as f:
             f.write(traceback.format_exc())
@@ -174,7 +179,7 @@ def _observed(case: Case, cfg: Config, stage: str):
     try:
         yield
     except StageError as err:
-        if err.stage == stage and err.seconds is not None:
+        if err.stage == stage and err.seconds is not None and not err.cut:
             _observe(cfg, case, stage, err.seconds)
         raise
 
@@ -261,7 +266,9 @@ def vmfb(case: Case, cfg: Config) -> str | None:
     def work(case_dir: Path, log: Path) -> None:
         log.unlink(missing_ok=True)
         (case_dir / VMFB).unlink(missing_ok=True)  # a compile that fails leaves no older module to be run
-        with _observed(case, cfg, "compile"):
+        store = cfg.store()
+        cuts = KnownCuts(store, stored()[0], f"compile of {case.key}", cfg.retry_timeouts) if store else None
+        with _observed(case, cfg, "compile"), known_cut(cuts, "compile", limit.seconds, log):
             seconds = compile_mlir(cfg.model_dir(case) / cfg.mlir_input(case), case_dir / VMFB,
                                    compiler=target.compiler, flags=target.compile_flags(case.variant),
                                    timeout=limit.seconds, log=log, profiling=target.profile.profiling,
@@ -294,7 +301,8 @@ def verify(case: Case, cfg: Config) -> str | None:
     def work(case_dir: Path, log: Path) -> Result:
         with _observed(case, cfg, "run"):
             result = verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
-                                 benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"), store=cfg.store())
+                                 benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"), store=cfg.store(),
+                                 retry_timeouts=cfg.retry_timeouts)
         if "run" in result.stages:
             _observe(cfg, case, "run", result.stages["run"]["seconds"])
         return result

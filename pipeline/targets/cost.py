@@ -23,9 +23,12 @@ prediction: it gets the budget. The margin (a multiple of the slowest time seen 
 size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
 start-up under load) are in the profile, with their reasons in docs/targets.md.
 
-A run's own completed invocations widen the envelope as they finish, never narrow it
-(`observe`, per build folder): a slow case the calibration did not see raises the limits of
-every case at least its size, for the rest of that run and the next.
+A build folder's completed invocations widen the envelope, never narrow it (`observe`, per
+build folder): a slow case the calibration did not see raises the limits of every case at
+least its size, from the next run on. One run's limits come from one `LimitBook`: the
+calibration and the invocations recorded before the run started, so that the planner, the
+progress line, the stages and every Dask worker give a case one limit for the whole run,
+whichever cases finished first.
 
 A case cut at a limit is a `timeout` at its stage (pipeline/outcome/result.py): its reason says
 which limit cut it (the budget, or the prediction below it), the prediction and the case's MACs,
@@ -37,6 +40,8 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -235,7 +240,8 @@ def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str 
     """Record one completed invocation of `case` in the build folder (one appended line:
     concurrent writers do not interleave within a line this short)."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    entry = {"stage": stage, "macs": count, "seconds": round(seconds, 3), **({"case": case} if case else {})}
+    entry = {"stage": stage, "macs": count, "seconds": round(seconds, 3), **({"case": case} if case else {}),
+             "at": round(time.time(), 3)}
     line = json.dumps(entry) + "\n"
     fd = os.open(report_dir / OBSERVED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -244,45 +250,56 @@ def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str 
         os.close(fd)
 
 
-_seen: dict[str, tuple[int, dict[str, list]]] = {}  # observation file -> (bytes read, samples per stage)
+class LimitBook:
+    """One run's time limits, and the one place that answers them (Config.limit asks it). Each
+    stage's envelope is its target's calibration widened by the invocations the build folder
+    recorded before `before` (a time.time(): the run's start), read once per (calibration,
+    folder, stage); what this run records counts from the next run on. The book travels with
+    its Config to Dask workers (it pickles without its lock), and gives the same answers there."""
+
+    def __init__(self, before: float | None):
+        self.before = before
+        self._envelopes: dict[tuple[str, str, str], Envelope] = {}
+        self._lock = threading.Lock()
+
+    def envelope(self, calibration: Path, report_dir: Path, stage: str) -> Envelope:
+        key = (str(calibration), str(report_dir), stage)
+        with self._lock:
+            if key not in self._envelopes:
+                samples = [(count, seconds) for stage_of, count, seconds, _, at in _read_observed(report_dir)
+                           if stage_of == stage and (self.before is None or at < self.before)]
+                self._envelopes[key] = calibrated(calibration, stage).widened(samples)
+            return self._envelopes[key]
+
+    def __getstate__(self):
+        with self._lock:
+            return {"before": self.before, "envelopes": dict(self._envelopes)}
+
+    def __setstate__(self, state):
+        self.before, self._envelopes, self._lock = state["before"], state["envelopes"], threading.Lock()
 
 
-def observed(report_dir: Path, stage: str) -> list[tuple[int, float]]:
-    """The completed invocations of `stage` recorded in this build folder. The file is read
-    on from where the last call stopped; a torn last line (a run killed while writing it) is
-    skipped."""
-    path = str(Path(report_dir) / OBSERVED)
-    offset, samples = _seen.get(path, (0, {}))
+def _read_observed(report_dir: Path) -> list[tuple[str, int, float, str, float]]:
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < offset:  # the file was removed and begun again
-                offset, samples = 0, {}
-            f.seek(offset)
-            data = f.read()
+        return list(_entries((Path(report_dir) / OBSERVED).read_text(errors="replace")))
     except OSError:
         return []
-    complete = data[:data.rfind(b"\n") + 1]
-    for stage_of, count, seconds, _ in _entries(complete.decode(errors="replace")):
-        samples.setdefault(stage_of, []).append((count, seconds))
-    _seen[path] = (offset + len(complete), samples)
-    return list(samples.get(stage, []))
 
 
 def observations(report_dir: Path, stage: str) -> list[tuple[str, int, float]]:
     """(case name, MACs, seconds) of each completed invocation of `stage` recorded in this build
-    folder (read whole; a torn line is skipped; the name is "" in lines written without it)."""
-    try:
-        text = (Path(report_dir) / OBSERVED).read_text(errors="replace")
-    except OSError:
-        return []
-    return [(case, count, seconds) for stage_of, count, seconds, case in _entries(text) if stage_of == stage]
+    folder (the name is "" in lines written without it)."""
+    return [(case, count, seconds) for stage_of, count, seconds, case, _ in _read_observed(report_dir)
+            if stage_of == stage]
 
 
 def _entries(text: str):
-    """(stage, MACs, seconds, case name or "") of each well-formed line of an observation file."""
+    """(stage, MACs, seconds, case name or "", when) of each well-formed line of an observation
+    file (a torn last line is skipped; `when` is 0 in lines written without it)."""
     for line in text.splitlines():
         try:
             entry = json.loads(line)
-            yield entry["stage"], int(entry["macs"]), float(entry["seconds"]), str(entry.get("case", ""))
+            yield (entry["stage"], int(entry["macs"]), float(entry["seconds"]), str(entry.get("case", "")),
+                   float(entry.get("at", 0.0)))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue
