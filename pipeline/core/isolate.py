@@ -30,6 +30,10 @@ from pipeline.core.errors import StageError
 from pipeline.core.tools import describe_exit
 
 _HEADER = struct.Struct("<Q")
+# The module state below, and why it stays: the helpers are child processes of this process (a
+# doit run's, or a Dask worker's), kept across calls so that their imports are paid once; each
+# is owned by its thread, or shared by the process's threads under its lock, and ends with the
+# process (or when a call kills it). Nothing here is configuration or a run's knowledge.
 _helpers: dict[tuple, subprocess.Popen] = {}  # _key(helper name) -> helper process
 _warm: dict[tuple[int, str], set[str]] = {}  # same key -> warm-up functions that helper has run
 # Helpers shared by every thread of a process (one call at a time, under their lock): those

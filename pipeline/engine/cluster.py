@@ -349,6 +349,9 @@ def _first_difference(mine, theirs) -> str:
     return f"driver {mine!r}, worker {theirs!r}"
 
 
+# The one module state here, and why it stays: a Dask client, its local cluster's processes and
+# their sockets belong to this process (doit's task threads and the run command share them), so
+# they live as long as it does and are closed at its exit (atexit) or when the run ends (stopped).
 _lock = threading.Lock()
 _cluster: Cluster | None = None
 
