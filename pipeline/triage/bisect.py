@@ -4,11 +4,11 @@ of a target's toolchain on which a case fails.
 The released versions in the range (PyPI's list, pre-releases left out) are searched in binary
 order: the first and the last are run, then the middle of the remaining interval, until a
 version that passes sits next to one that fails. Each version is installed on demand, as a
-`<target>@<version>` of a sweep is, and the case runs through the sweep's own stage
-functions in `<build>/bisect/<target>/`, with the store: the model and its import are built
-once and shared by every version. For a bucket, its smallest case (by MACs) in this build
-folder's results is bisected. A version whose compiler cannot read today's importers' MLIR
-cannot be tested: it is skipped, and said.
+`<target>@<version>` of a sweep is (Config.at_version), and the case runs through the sweep's
+own stage functions (pipeline/run/runner.py) in `<build>/bisect/<target>/`, with the store: the
+model and its import are built once and shared by every version. For a bucket, its smallest
+case (by MACs) in this build folder's results is bisected. A version whose compiler cannot read
+today's importers' MLIR cannot be tested: it is skipped, and said.
 
 Printed: each version's outcome as it is known, then the last good and the first bad release
 with the repro.sh of the case on each (it runs that release's tools); written to bisect.json.
@@ -16,7 +16,6 @@ with the repro.sh of the case on each (it runs that release's tools); written to
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from pipeline.config import Config
 from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
+from pipeline.run.runner import run_chain
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
@@ -89,26 +89,23 @@ def subject(cfg: Config, cases: list[Case], target: str, text: str) -> Case:
     return next(c for c in mine if c.name == smallest["case"])
 
 
-def evaluate(case: Case, cfg: Config, version: str, environ, base: Path, log, none: Path) -> Outcome:
+def evaluate(case: Case, cfg: Config, version: str, base: Path | None, log, none: Path) -> Outcome:
     """The case on one release of its target's toolchain, in the bisect folder, judged against
     the empty expected-failures list `none`."""
     from pipeline.results.report import signature
-    from pipeline.triage.shrink import run_tasks
 
-    name = f"{cfg.target(case.target).profile.base}@{version}"
-    env = {**environ, "CONV_SWEEP_TARGET": name, "CONV_SWEEP_BUILD_DIR": str(cfg.layout.bisect_dir(case.target)),
-           "CONV_SWEEP_EXPECTED_FAILURES": str(none), "CONV_SWEEP_SHARD": "", "CONV_SWEEP_SCHEDULER": ""}
     try:
-        there = Config.from_env(env, base_dir=base, install_to=_Prefixed(log, f"{version}: "),
-                                backends={case.backend})
+        there = cfg.at_version(case.target, version, expected_failures=none, base_dir=base,
+                               install_to=_Prefixed(log, f"{version}: "), backends={case.backend})
     except ConfigError as err:
         if "cannot read" in err.problem:
             return Outcome(version, UNTESTABLE, err.problem, None)
         raise
+    there = there.scratch(cfg.layout.bisect_dir(case.target))
     twin = next((c for c in there.cases() if c.name == case.name), None)
     if twin is None:
         raise ConfigError("doit bisect", case.name, f"is no case of {there.targets[0].name}")
-    result = run_tasks(twin, there, TASKS)
+    result = run_chain(twin, there, TASKS)
     status = result.get("status", "pass")
     repro = there.case_dir(twin) / "repro.sh"
     return Outcome(version, status, "" if status in PASSING else signature(result),
@@ -157,7 +154,7 @@ def search(versions: list[str], probe) -> tuple[str | None, str | None]:
 
 
 def bisect(cfg: Config, cases: list[Case], text: str, target: str, versions_text: str,
-           environ=None, base: Path | None = None, log=print) -> dict:
+           base: Path | None = None, log=print) -> dict:
     """Bisect the case or bucket `text` of `target` over the releases of `versions_text`;
     returns what bisect.json holds."""
     from pipeline.targets import toolchain
@@ -186,8 +183,7 @@ def bisect(cfg: Config, cases: list[Case], text: str, target: str, versions_text
 
     def probe(version: str) -> Outcome:
         if version not in outcomes:
-            outcomes[version] = evaluate(case, cfg, version, os.environ if environ is None else environ,
-                                         Path(base or os.getcwd()), log, none)
+            outcomes[version] = evaluate(case, cfg, version, base, log, none)
             log(outcomes[version].line())
         return outcomes[version]
 
