@@ -7,11 +7,11 @@ compiles the case's MLIR from the build folder twice: with the target's flags (A
 same flags plus --flags (B). A runs first on every other case, B on the rest, two compiles at a
 time (one per core), so that the machine's noise falls on both alike. Each compile writes
 model.vmfb in a folder of its own beside the other's, from the same relative input path: the
-two command lines differ only in the flags. A case counts as identical when both modules have
-the same SHA-256, or both compiles failed with the same reason; a compile cut at its time
-limit (or killed from outside) proves nothing either way and is listed apart. With --twice, A
-is compiled a second time: a compiler whose output differs between two identical compiles
-cannot have a flag proven byte-identical.
+two command lines differ only in the flags (the cases run on pipeline/run/runner.py's lanes).
+A case counts as identical when both modules have the same SHA-256, or both compiles failed
+with the same reason; a compile cut at its time limit (or killed from outside) proves nothing
+either way and is listed apart. With --twice, A is compiled a second time: a compiler whose
+output differs between two identical compiles cannot have a flag proven byte-identical.
 
 Needs the MLIR: run `doit -n 2 mlir` with the same selection first. Prints, per target and
 flavor, the identical count and the compile seconds of A and B with their ratio; lists every
@@ -26,14 +26,13 @@ import json
 import shlex
 import sys
 import tempfile
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.core.errors import ConfigError, StageError
 from pipeline.dev.benchmark import CORES, ROOT
 from pipeline.core.layout import folder
+from pipeline.run.runner import run_cases
 from pipeline.space.cases import Case
 
 
@@ -87,18 +86,19 @@ def check(cfg: Config, cases: list[Case], extra: tuple[str, ...], twice: bool, p
         raise ConfigError("build folder", str(cfg.build_dir),
                           f"lacks the MLIR of {len(missing)} of {len(cases)} cases (first: {missing[0]}); "
                           "run `doit -n 2 mlir` with the same selection first")
-    lock, rows = threading.Lock(), []
+    index = {case.key: i for i, case in enumerate(cases)}
+    rows = []
     with tempfile.TemporaryDirectory(prefix="conv-sweep-flagcheck-") as scratch:
-        def one(index: int, case: Case) -> None:
-            row = check_case(cfg, case, index, extra, twice, Path(scratch))
-            with lock:
-                rows.append(row)
-                if progress:
-                    progress(len(rows), len(cases), row)
+        def one(case: Case, config: Config) -> dict:
+            return check_case(config, case, index[case.key], extra, twice, Path(scratch))
 
-        with ThreadPoolExecutor(CORES) as pool:
-            for done in [pool.submit(one, index, case) for index, case in enumerate(cases)]:
-                done.result()  # a compile helper that raised stops the check, not hides it
+        def done(case: Case, row: dict, line) -> None:
+            rows.append(row)
+            if progress:
+                progress(len(rows), len(cases), row)
+
+        # a compile helper that raised stops the check, not hides it: run_cases raises it
+        run_cases(cfg, cases, CORES, work=one, on_done=done)
     return sorted(rows, key=lambda r: (r["target"], r["case"]))
 
 

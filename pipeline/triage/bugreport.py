@@ -395,7 +395,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                     summary = None
             origin = by_name.get(summary["original"]["case"]) if summary is not None else None
             if origin is not None:  # the case the shrink started from (any case of the bucket)
-                shrunk_cfg = replace(cfg, build_dir=Path(summary["minimal"]["folder"]).parents[2])
+                shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
                 minimal = replace(origin, category="shrink", expected=None,
                                   geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
                                   data_from=origin.geometry if summary.get("keep_data") else None)

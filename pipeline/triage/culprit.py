@@ -3,7 +3,7 @@
 bucket's minimal case, and on a timeout bucket's original case too.
 
 A trial is an ordinary case chain, compile then run and check, run by the sweep's stage
-functions (pipeline/triage/shrink.py: run_tasks) with the flag after the target's own flags, in
+functions (pipeline/run/runner.py: run_chain) with the flag after the target's own flags, in
 a build folder of its own (<shrink folder>/trials/), with the store of stage outputs off (a
 trial is timed) and the model and MLIR copied from the case's folder. Each compile and run
 has the limit the sweep would give it; on a timeout bucket the minimal case's compile without a
@@ -30,9 +30,9 @@ from pipeline.core.chain import tasks_until
 from pipeline.core.tools import logged_runs
 from pipeline.outcome.result import COMPILED, PASS, TIMEOUT, read_result
 from pipeline.results.report import signature
+from pipeline.run.runner import run_chain
 from pipeline.space.cases import Case
 from pipeline.space.geometry import macs
-from pipeline.triage.shrink import run_tasks
 from pipeline.triage.slow import SLOW_FACTOR, stage_seconds, typical_seconds
 from pipeline.triage.timing import TIMING_FLAGS, Timing, growth_table, parse_timing, pass_table, path_points
 
@@ -83,7 +83,7 @@ def _trial_config(cfg: Config, case: Case, folder: Path, flags: tuple[str, ...],
     `allowance` (stage, seconds), that stage's limit is at least that many seconds."""
     targets = tuple(replace(t, extra_flags=t.extra_flags + flags) if t.name == case.target else t
                     for t in cfg.targets)
-    trial = replace(cfg, build_dir=Path(folder), cache_dir=None, scheduler=None, shard=None, targets=targets)
+    trial = replace(cfg.scratch(folder), cache_dir=None, targets=targets)
     if allowance is None:
         return trial
     budgets = {stage: trial.limit(case, stage).seconds for stage in ("compile", "run")}
@@ -107,9 +107,9 @@ def run_trial(cfg: Config, case: Case, folder: Path, flag: str | None, stage: st
                 shutil.copy2(path, model_dir / path.name)
         tasks = ("vmfb",)
     limit = tcfg.limit(case, stage).seconds
-    result = run_tasks(case, tcfg, tasks)
+    result = run_chain(case, tcfg, tasks)
     if result["status"] == "pass":
-        result = run_tasks(case, tcfg, ("verify",))
+        result = run_chain(case, tcfg, ("verify",))
     recorded = read_result(tcfg.case_dir(case)) or {}
     status = result["status"] if result["status"] != "pass" else recorded.get("status", COMPILED)
     seconds = stage_seconds(tcfg, case, stage)

@@ -37,9 +37,10 @@ MLIR and module are in the store; <build>/hunt/hunt.json is a spec file of every
 evaluated, and found.json of those in new buckets: `CONV_SWEEP_INCLUDE=build/hunt/found.json
 doit sweep` adds them to the sweep, and `doit verify:<name>` then runs one of them.
 
-Resuming. Each finished case is appended to journal.jsonl once its result.json is written; a
-hunt started again in the same folder reads it and evaluates none of those cases again (a case
-cut off by the kill, without a journal line, runs again).
+Resuming. Each finished case is appended to journal.jsonl once its result.json is written (the
+runner's journal, pipeline/run/runner.py); a hunt started again in the same folder reads it and
+evaluates none of those cases again (a case cut off by the kill, without a journal line, runs
+again).
 
 The budget is the hunt's wall-clock seconds, over its resumes (the journal records the seconds
 spent at each case): the search starts no case after SEARCH_SHARE of it (cases running then
@@ -50,11 +51,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import resource
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -63,10 +62,11 @@ from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
 from pipeline.results.report import TOOL_FAILURES, collect, signature, tool_versions, write_report
+from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import LANES, Category
-from pipeline.triage.shrink import buildable, dimensions, minimum, run_tasks, value, with_value
+from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_value
 
 STRATEGIES = ("hunt", "sample")
 SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get the rest
@@ -257,26 +257,23 @@ class Hunt:
         self.found: dict[tuple[str, str], Found] = {}
         self.frontend: dict[str, str] = {}  # case -> bucket of a failure in this tool's frontends
         self.spent = 0.0  # seconds of search the journal's hunts spent (the budget is the hunt's, over resumes)
+        self.journal = Journal(folder / JOURNAL)
         self._resume()
         self.rng = random.Random(seed * 1_000_003 + len(self.entries))
         self.drawn = {c.name: 0 for c in cfg.spec.categories}  # sample strategy: draws past N per category
 
     # the journal
     def _resume(self) -> None:
-        path = self.folder / JOURNAL
-        if not path.is_file():
-            return
-        for line in path.read_text().splitlines():
+        for entry in self.journal.entries.values():
             try:
-                entry = json.loads(line)
                 geometry = Geometry.from_dict(entry["geometry"])
             except (ValueError, KeyError, TypeError, ConfigError):
-                continue  # a line torn by a kill: its case runs again
+                continue
             self.record(entry, geometry, quiet=True)
             self.spent = max(self.spent, float(entry.get("elapsed", 0.0)))
         if self.entries:
             self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
-                     f"{path}, not evaluated again; {self.spent:.0f} s of the budget spent")
+                     f"{self.journal.path}, not evaluated again; {self.spent:.0f} s of the budget spent")
 
     def record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
         self.entries[entry["key"]] = entry
@@ -307,13 +304,9 @@ class Hunt:
         return out
 
     def _usable(self, g: Geometry) -> bool:
-        if g in self.geometries or g in self.sampled:
-            return False
-        try:
-            g.validate()
-        except ConfigError:
-            return False
-        return any(buildable(g, c.backend, c.flavor) for c in self.cases_of(g, "x"))
+        """Not evaluated (nor one of the sweep's), a geometry, and built in a flavor the hunt runs
+        (cases_of leaves out the flavors whose frontend refuses it)."""
+        return g not in self.geometries and g not in self.sampled and buildable(g) and bool(self.cases_of(g, "x"))
 
     def propose(self) -> tuple[Geometry, str] | None:
         """The next geometry and its generator, or None when none can be found."""
@@ -372,12 +365,10 @@ def known_buckets(cfg: Config, swept: list[dict]) -> set[tuple[str, str]]:
     return known
 
 
-def evaluate(cases: list[Case], cfg: Config) -> list[dict]:
-    """Every case's chain (one geometry's flavors on one target share nothing but may share the
-    models of other targets: they run in order), then its result entry."""
-    for case in cases:
-        run_tasks(case, cfg, TASKS)
-    return collect(cases, cfg.case_dir)
+def evaluate(case: Case, cfg: Config) -> dict:
+    """The case's chain, then its result entry (as the report reads it)."""
+    run_chain(case, cfg, TASKS)
+    return collect([case], cfg.case_dir)[0]
 
 
 def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
@@ -389,7 +380,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     if not budget > 0:
         raise ConfigError("doit hunt --budget", budget, "must be a number of seconds > 0")
     folder = cfg.build_dir / "hunt"
-    hunt_cfg = replace(cfg, build_dir=folder, scheduler=None, shard=None)
+    hunt_cfg = cfg.scratch(folder)
     folder.mkdir(parents=True, exist_ok=True)
     swept = collect(cases, cfg.case_dir)  # the sweep's results: what is known, and cases to learn regions from
     state = Hunt(cfg, folder, swept, strategy, seed, estimate, flavors, log)
@@ -398,53 +389,26 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     log(f"hunt: {strategy} on {', '.join(t.name for t in cfg.targets)}, {lanes} lanes, search until "
         f"{budget * SEARCH_SHARE:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
         f"listed); cases in {folder}")
-    journal = open(folder / JOURNAL, "a")
-    if journal.tell() and not (folder / JOURNAL).read_bytes().endswith(b"\n"):
-        journal.write("\n")  # after a line torn by a kill: the next line starts on its own
-    pending: list[tuple[list[Case], Geometry, str]] = []
-    last_line = time.monotonic()
-    try:
-        with ThreadPoolExecutor(lanes) as pool:
-            running = {}
-            while True:
-                while len(running) < lanes and time.monotonic() < deadline:
-                    if not pending:
-                        proposal = state.propose()
-                        if proposal is None:
-                            break
-                        g, source = proposal
-                        state.geometries.setdefault(g, source)  # not proposed twice while it runs
-                        by_name: dict[str, list[Case]] = {}
-                        for case in state.cases_of(g, source):
-                            if case.key not in state.entries:
-                                by_name.setdefault(case.name, []).append(case)
-                        pending += [(group, g, source) for group in by_name.values()]
-                        if not pending:
-                            continue
-                    group, g, source = pending.pop(0)
-                    running[pool.submit(evaluate, group, hunt_cfg)] = (group, g, source)
-                if not running:
-                    break
-                done, _ = wait(list(running), timeout=5, return_when=FIRST_COMPLETED)
-                for future in done:
-                    group, g, source = running.pop(future)
-                    for case, entry in zip(group, future.result()):
-                        line = {"key": case.key, "case": case.name, "target": case.target,
-                                "variant": case.variant, "geometry": g.to_dict(), "source": source,
-                                "status": entry["status"], "stage": entry["stage"],
-                                "bucket": signature(entry) if entry["status"] in TOOL_FAILURES else None,
-                                "seconds": round(sum(float(s.get("seconds", 0)) for s in
-                                                     (entry.get("stages") or {}).values()), 3),
-                                "elapsed": round(state.spent + time.monotonic() - start, 1)}
-                        journal.write(json.dumps(line) + "\n")
-                        journal.flush()
-                        os.fsync(journal.fileno())
-                        state.record(line, g)
-                if time.monotonic() - last_line >= cfg.progress_interval:
-                    log(state.progress(start, budget, len(running)))
-                    last_line = time.monotonic()
-    finally:
-        journal.close()
+
+    def more() -> list[Case] | None:
+        """The cases of the next geometry, whenever a lane is free."""
+        proposal = state.propose()
+        if proposal is None:
+            return None
+        g, source = proposal
+        state.geometries.setdefault(g, source)  # not proposed twice while it runs
+        return state.cases_of(g, source)
+
+    def note(case: Case, entry: dict) -> dict:
+        """A finished case's journal line, after its key, name, target, flavor and geometry."""
+        return {"source": state.geometries[case.geometry], "status": entry["status"], "stage": entry["stage"],
+                "bucket": signature(entry) if entry["status"] in TOOL_FAILURES else None,
+                "seconds": round(sum(float(s.get("seconds", 0)) for s in (entry.get("stages") or {}).values()), 3),
+                "elapsed": round(state.spent + time.monotonic() - start, 1)}
+
+    run_cases(hunt_cfg, more, lanes, work=evaluate, journal=state.journal, note=note, deadline=deadline,
+              on_done=lambda case, entry, line: state.record(line, case.geometry),
+              tick=lambda running: log(state.progress(start, budget, running)), interval=cfg.progress_interval)
     searched = state.spent + time.monotonic() - start
     cpu = _cpu() - usage
     log(state.progress(start, budget, 0))

@@ -25,9 +25,9 @@ until one changes nothing. Then, since a failure may depend on several dimension
 ends when neither moves, and is deterministic for deterministic tools.
 
 Every attempt is an ordinary case chain (model, import, compile, and run and verify when the
-failure is there) run by the sweep's own stage functions, with the sweep's timeout and
-isolation, in a folder of its own: <build>/shrink/<target>/<case>/ (no `@` in it: IREE's run
-tools read `@` in a path as a separator). The sweep's artifacts
+failure is there) run by the sweep's own stage functions (pipeline/run/runner.py: run_chain),
+with the sweep's timeout and isolation, in a folder of its own: <build>/shrink/<target>/<case>/
+(no `@` in it: IREE's run tools read `@` in a path as a separator). The sweep's artifacts
 and results are never touched. The attempts that are neither the original nor the minimum
 are deleted as the search goes; shrink.json lists every attempt.
 """
@@ -42,17 +42,16 @@ from pathlib import Path
 from pipeline.space.cases import Case
 from pipeline.config import Config
 from pipeline.core.errors import ConfigError
-from pipeline.core.chain import SHARED_TASKS, TASK_OF_STAGE, tasks_until
+from pipeline.core.chain import TASK_OF_STAGE, tasks_until
 from pipeline.space.refusal import refusal
 from pipeline.space.geometry import Geometry, macs
 from pipeline.results.report import signature
-from pipeline.outcome.result import CHANGED, ERROR, FAIL, HARNESS, TIMEOUT, XFAIL, Result, read_result
+from pipeline.outcome.result import CHANGED, ERROR, FAIL, TIMEOUT, XFAIL, Result, read_result
 from pipeline.outcome.verdict import outcome as raw_outcome
 from pipeline.core.tools import write_text
+from pipeline.run.runner import run_chain
 from pipeline.targets.cost import OBSERVED
 from pipeline.triage.slow import Slow, stage_seconds, typical_seconds
-
-FAILURES = (ERROR, FAIL, TIMEOUT, HARNESS)  # what an attempt's chain records as failing
 
 
 @dataclass(frozen=True)
@@ -75,21 +74,6 @@ class Attempt:
                                                 ("typical", self.typical)) if v is not None}
         return {"case": self.geometry.id, "geometry": self.geometry.to_dict(), "macs": macs(self.geometry),
                 "outcome": self.outcome, "signature": self.signature, "seconds": round(self.seconds, 3), **timing}
-
-
-def run_tasks(case: Case, cfg: Config, tasks) -> dict:
-    """Run `tasks` of the case's chain in order with the sweep's stage functions, up to the first
-    that fails; the case's result entry where it failed (status, stage, reason), else a pass."""
-    from pipeline.run import stages
-
-    for task in tasks:
-        subject = [case] if task in SHARED_TASKS else case
-        if stages.TASK_FUNCTIONS[task](subject, cfg):
-            break
-    result = read_result(cfg.case_dir(case)) or {}
-    if result.get("status") in FAILURES:
-        return result
-    return {"status": "pass", "stage": None, "reason": ""}
 
 
 # --- the geometry as a vector of dimensions ----------------------------------------------------
@@ -132,12 +116,14 @@ def minimum(g: Geometry, dim: str) -> int:
     return 1
 
 
-def buildable(g: Geometry, backend: str, flavor: str | None = None) -> bool:
+def buildable(g: Geometry, backend: str | None = None, flavor: str | None = None) -> bool:
+    """Whether `g` is a geometry (its rules hold) and, given a backend, one its frontend builds
+    (in `flavor`, where given): what a shrink attempt or a hunt's candidate must be."""
     try:
         g.validate()
     except ConfigError:
         return False
-    return refusal(g, backend, flavor) is None
+    return backend is None or refusal(g, backend, flavor) is None
 
 
 # --- attempts ------------------------------------------------------------------------------------
@@ -149,7 +135,7 @@ class Shrinker:
         # with keep_data, every attempt crops the original case's weights and input
         # (pipeline/space/data.py) instead of drawing its own
         self.case = replace(case, category="shrink", expected=None, data_from=case.geometry if keep_data else None)
-        self.cfg = replace(cfg, build_dir=Path(folder), scheduler=None, shard=None)
+        self.cfg = cfg.scratch(folder)
         self.folder = Path(folder)
         self.log = log
         self.attempts: list[Attempt] = []
@@ -167,7 +153,7 @@ class Shrinker:
 
     def run_chain(self, g: Geometry, last_task: str) -> dict:
         """Run the case chain of `g` up to `last_task`; its result entry (status, stage, reason)."""
-        return run_tasks(self.case_for(g), self.cfg, tasks_until(last_task))
+        return run_chain(self.case_for(g), self.cfg, tasks_until(last_task))
 
     def timed(self) -> None:
         """Time every attempt from now on: no stage outputs from the store (one taken from it
