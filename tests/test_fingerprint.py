@@ -72,9 +72,9 @@ def test_code_digests_are_kept_on_disk_per_file_size_and_mtime(tmp_path, monkeyp
     modules = ("space.geometry", "core.tools")
     fingerprint.code_digest.cache_clear()
     expected = fingerprint.code_digest(modules)  # as computed from the code
-    monkeypatch.setattr(fingerprint, "CODE_DIGESTS", tmp_path / "code-digests.json")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the user cache is found when asked, not at import
     fingerprint.code_digest.cache_clear()
-    assert fingerprint.code_digest(modules) == expected and (tmp_path / "code-digests.json").is_file()
+    assert fingerprint.code_digest(modules) == expected and (tmp_path / "conv-sweep" / "code-digests.json").is_file()
     parsed = []
     real = fingerprint.code_text
     monkeypatch.setattr(fingerprint, "code_text", lambda path: parsed.append(path) or real(path))

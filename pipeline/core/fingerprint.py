@@ -19,12 +19,12 @@ from pathlib import Path
 
 from pipeline.core.executables import cannot_start
 from pipeline.core.integrity import sha256
+from pipeline.core.layout import user_cache
 from pipeline.core.tools import write_text
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # pipeline/
-USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "conv-sweep"
-CODE_DIGESTS = USER_CACHE / "code-digests.json"
-TOOL_VERSIONS = USER_CACHE / "tool-versions.json"  # facts about files, per resolved path, size and mtime
+CODE_DIGESTS = "code-digests.json"  # in the user cache: code digests, per file size and mtime
+TOOL_VERSIONS = "tool-versions.json"  # in the user cache: facts about files, per resolved path, size and mtime
 
 # stage -> (modules whose code shapes its output, distributions whose version does)
 STAGE_INPUTS = {
@@ -114,7 +114,8 @@ def code_digest(modules: tuple[str, ...]) -> str:
         stats = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
     except OSError:
         stats = None
-    known = _read_json(CODE_DIGESTS)
+    kept_in = user_cache() / CODE_DIGESTS
+    known = _read_json(kept_in)
     if stats is not None and isinstance(known.get(stats), str):
         return known[stats]
     h = hashlib.sha256()
@@ -125,7 +126,7 @@ def code_digest(modules: tuple[str, ...]) -> str:
         kept = dict(list(known.items())[-63:])  # the latest few sets of files: this checkout's
         kept[stats] = digest
         try:
-            write_text(CODE_DIGESTS, json.dumps(kept))
+            write_text(kept_in, json.dumps(kept))
         except OSError:
             pass  # a read-only cache folder: computed again next time
     return digest
@@ -160,7 +161,7 @@ def executable_identity(path: str, cache: Path | None = None, trusted: frozenset
     launches, problem = _launches(real, trusted, extra)
     identity = {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns, **launches}
     key = json.dumps(identity, sort_keys=True)
-    cache = Path(cache or TOOL_VERSIONS)
+    cache = Path(cache or user_cache() / TOOL_VERSIONS)
     known = _read_json(cache)
     if key not in known or not isinstance(known[key], dict):
         version = ask_version(real)

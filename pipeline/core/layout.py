@@ -12,9 +12,13 @@
 
 A target with a compiler version (`torq@2.2.1`) has the folder `torq-2.2.1`: IREE's run tools
 read '@' in a module's path as a separator.
+
+Outside it, the user's cache folder (`user_cache`): the store of stage outputs, the installed
+toolchains, and the digests of code and tools, shared by every build folder of the user.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,13 @@ SHRINK = "shrink"
 BUGREPORTS = "bugreports"
 COMPARE = "compare"
 BISECT = "bisect"
+
+
+def user_cache(environ=None) -> Path:
+    """conv-sweep's folder in the user's cache: $XDG_CACHE_HOME/conv-sweep, else
+    ~/.cache/conv-sweep; read from `environ` (default: the process's) when asked, never at import."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "conv-sweep"
 
 
 def folder(target: str) -> str:
