@@ -179,6 +179,7 @@ class Config:
     order: str = ORDERS[0]  # the order case chains start in: chains (depth first) or breadth (doit's own)
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL  # seconds between progress lines off a terminal
     data: str = DATA_MODES[0]  # the data mode of every case (pipeline/space/data.py)
+    profiles: tuple[Profile, ...] = ()  # the selected target profiles, in CONV_SWEEP_TARGET's order
     # what selects and resolves targets, kept for the Config of another release (at_version)
     targets_file: Path | None = None  # CONV_SWEEP_TARGETS_FILE, resolved; None: the built-in profiles alone
     toolchain_dir: Path | None = None  # CONV_SWEEP_TOOLCHAIN_DIR, resolved; None: the default folder
@@ -233,9 +234,7 @@ class Config:
         if pattern and len(profiles) > 1 and "{target}" not in pattern:
             raise ConfigError("CONV_SWEEP_EXPECTED_FAILURES", pattern,
                               "must contain {target} when several targets are selected (failures differ by target)")
-        from pipeline.targets.toolchain import root_from_env
-
-        toolchain_root = root_from_env(env)
+        toolchain_root = toolchain_dir(env)
         if env.get("CONV_SWEEP_TOOLCHAIN_DIR"):  # a folder, or one that can be made (read-only is fine: installed)
             existing = _nearest_existing(toolchain_root)
             if not existing.is_dir():
@@ -263,11 +262,24 @@ class Config:
         _check_writable(build_dir)
         return cls(n, build_dir, flags, timeout, spec, spec_path, compile_only, tuple(targets), scheduler, artifacts,
                    part, benchmark == "1", timeouts == "predicted", cache_dir,
-                   budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
+                   profiles=tuple(profiles), budgets=parse_budgets(env.get("CONV_SWEEP_BUDGET", "")), order=order(env),
                    targets_file=targets_file, toolchain_dir=toolchain_root, compiler=compiler,
                    progress_interval=progress_interval(env),
                    data=check_data_mode(env.get("CONV_SWEEP_DATA", "").strip() or DATA_MODES[0], "CONV_SWEEP_DATA"),
                    observed_before=time.time())
+
+    @classmethod
+    def for_toolchain(cls, environ=None, base_dir: Path | None = None) -> "Config":
+        """What `doit toolchain` needs, and no more: the selected profiles (CONV_SWEEP_TARGET,
+        CONV_SWEEP_TARGETS_FILE) and where toolchains go (CONV_SWEEP_TOOLCHAIN_DIR). Every
+        CONV_SWEEP_* name is checked (a misspelt knob is an error naming it), no other knob's
+        value is read, no tool is resolved and no case is made."""
+        env = os.environ if environ is None else environ
+        base = Path(base_dir or os.getcwd())
+        check_names(env)
+        targets_file = base / env["CONV_SWEEP_TARGETS_FILE"] if env.get("CONV_SWEEP_TARGETS_FILE") else None
+        profiles = select(env.get("CONV_SWEEP_TARGET", ""), load_profiles(targets_file))
+        return cls(profiles=tuple(profiles), targets_file=targets_file, toolchain_dir=toolchain_dir(env))
 
     @cached_property
     def sampled(self):
@@ -381,6 +393,14 @@ def _target(profile: Profile, root: Path, base: Path, compiler: str | None, flag
         resolve_tool(profile, profile.benchmark_tool, base, manifest) if profile.benchmark_tool else None,
         fixed_addresses_launch(f"target {profile.name}: fixed_addresses") if profile.fixed_addresses else (),
         tool_files)
+
+
+def toolchain_dir(env) -> Path:
+    """CONV_SWEEP_TOOLCHAIN_DIR: where toolchains are installed (default: the user cache's)."""
+    from pipeline.targets.toolchain import default_root
+
+    raw = env.get("CONV_SWEEP_TOOLCHAIN_DIR")
+    return Path(raw).expanduser().absolute() if raw else default_root(env)
 
 
 def _cache_dir(env, base: Path) -> Path | None:

@@ -189,3 +189,27 @@ def test_the_declared_defaults_are_the_defaults(tmp_path):
                             "CONV_SWEEP_PROGRESS_INTERVAL": "0"}, default_build_dir=tmp_path)
     assert (set_.order, set_.progress_interval) == ("breadth", 0.0)
     assert cfg.artifacts == default["CONV_SWEEP_ARTIFACTS"] and cfg.benchmark == (default["CONV_SWEEP_BENCHMARK"] == "1")
+
+
+def test_the_toolchain_s_config_reads_the_targets_alone(tmp_path):
+    env = {"CONV_SWEEP_TARGET": "torq@2.2.1,llvm-cpu", "CONV_SWEEP_N": "ten", "CONV_SWEEP_BUILD_DIR": "/dev/null/b",
+           "CONV_SWEEP_TOOLCHAIN_DIR": str(tmp_path / "tc")}  # a bad sweep knob is not its business
+    cfg = Config.for_toolchain(env)
+    assert [(p.name, p.toolchain, p.version) for p in cfg.profiles] == [("torq@2.2.1", "torq", "2.2.1"),
+                                                                         ("llvm-cpu", None, None)]
+    assert cfg.toolchain_dir == tmp_path / "tc" and cfg.targets == () and not (tmp_path / "tc").exists()
+    assert Config.for_toolchain({"XDG_CACHE_HOME": str(tmp_path)}).toolchain_dir == \
+        tmp_path / "conv-sweep" / "toolchain"
+    for env, field in [({"CONV_SWEEP_TARGT": "torq"}, "CONV_SWEEP_TARGT"), ({"CONV_SWEEP_TARGET": "gpu"},
+                                                                             "CONV_SWEEP_TARGET"),
+                       ({"CONV_SWEEP_TARGETS_FILE": str(tmp_path / "none.json")}, "CONV_SWEEP_TARGETS_FILE")]:
+        with pytest.raises(ConfigError) as err:
+            Config.for_toolchain(env)
+        assert err.value.field == field
+
+
+def test_a_config_holds_its_selected_profiles_and_toolchain_folder(tmp_path):
+    cfg = Config.from_env({"CONV_SWEEP_TARGET": "vmvx,llvm-cpu", "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                           "CONV_SWEEP_CACHE_DIR": "off"}, default_build_dir=tmp_path / "b")
+    assert cfg.profiles == tuple(t.profile for t in cfg.targets)
+    assert cfg.toolchain_dir == tmp_path / "cache" / "conv-sweep" / "toolchain"

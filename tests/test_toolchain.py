@@ -12,6 +12,7 @@ import time
 import pytest
 
 from helpers import DOIT, ROOT, clean_env, doit
+from pipeline.config import toolchain_dir
 from pipeline.targets import toolchain
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ def test_toolchain_command_is_idempotent():
     env = clean_env()
     first = doit("toolchain", env=env, timeout=1800)
     assert first.returncode == 0, first.stdout + first.stderr
-    root = toolchain.root_from_env(env)
+    root = toolchain_dir(env)
     manifest = toolchain.install_dir(root) / toolchain.MANIFEST
     before = manifest.stat().st_mtime_ns
     again = doit("toolchain", env=env, timeout=600)

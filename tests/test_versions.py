@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import clean_env, doit, executed, write_spec, write_wrapper
-from pipeline.targets.toolchain import root_from_env
+from pipeline.config import toolchain_dir
 from test_dodo import SMALL
 
 OLD, OLDER = "3.12.0", "3.11.0"
@@ -68,7 +68,7 @@ exit 1
 
 def test_bisect_finds_the_first_release_that_fails(two_releases, tmp_path):
     _, env, _ = two_releases
-    root = root_from_env(env)
+    root = toolchain_dir(env)
     build = tmp_path / "build"
     setup = {**env, "CONV_SWEEP_BUILD_DIR": str(build), "CONV_SWEEP_TARGET": "llvm-cpu"}
     assert doit("toolchain", env={**setup, "CONV_SWEEP_TARGET": f"llvm-cpu@{OLDER}"}, timeout=1800).returncode == 0
@@ -102,7 +102,7 @@ def test_a_release_that_does_not_exist_is_refused_before_any_task(tmp_path):
     assert run.returncode != 0
     assert "9.9.9" in run.stderr and "3.13.0" in run.stderr and "3.12.0" in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "build" / "cases").exists()
-    assert not glob.glob(str(root_from_env(env) / "iree-9.9.9-*"))
+    assert not glob.glob(str(toolchain_dir(env) / "iree-9.9.9-*"))
 
 
 def test_a_release_that_cannot_read_today_s_importer_is_refused_with_its_error(tmp_path):

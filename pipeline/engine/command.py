@@ -9,8 +9,8 @@ under doit's own names, so that `doit`, `doit sweep`, `doit clean …` are these
   stop, and the report once every task has ended. Its reporter (pipeline/engine/reporter.py)
   only reports.
 - `clean`, `forget`, `ignore`, `reset-dep`: doit's, with the same lock and selection.
-- `toolchain` installs the Torq toolchain and every selected compiler version; it reads no
-  other configuration of the sweep.
+- `toolchain` installs the Torq toolchain and every selected compiler version; of the sweep's
+  configuration it reads only the targets (Config.for_toolchain).
 
 What dodo.py resolved (pipeline/engine/tasks.py's Run) reaches the commands through DOIT_CONFIG,
 doit's documented way for a dodo file to configure its commands; the tasks are told apart by
@@ -24,7 +24,6 @@ import fnmatch
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 from doit.cmd_base import Command
 from doit.cmd_clean import Clean
@@ -204,8 +203,9 @@ class SweepResetDep(_Sweep, ResetDep):
 class Toolchain(Command):
     """`doit toolchain`: install the Torq toolchain (torq-compile, torq-run-module), and every
     compiler version CONV_SWEEP_TARGET selects (`torq@2.2.1`, `llvm-cpu@3.12.0`), outside the
-    sources, where CONV_SWEEP_TOOLCHAIN_DIR says (pipeline/targets/toolchain.py). It reads
-    no other configuration of the sweep."""
+    sources, where CONV_SWEEP_TOOLCHAIN_DIR says (pipeline/targets/toolchain.py). Of the sweep's
+    configuration it reads only that (Config.for_toolchain): a misspelt knob is refused, a bad
+    value of any other knob is not its business."""
 
     name = "toolchain"
     doc_purpose = "install the Torq toolchain and every selected compiler version outside the sources"
@@ -213,22 +213,20 @@ class Toolchain(Command):
     doc_description = None
 
     def execute(self, params, args):
+        from pipeline.config import Config
         from pipeline.core.errors import ConfigError
-        from pipeline.targets.profiles import load_profiles, select
-        from pipeline.targets.toolchain import ToolchainError, install, root_from_env
+        from pipeline.targets.toolchain import ToolchainError, install
 
         if args:
             print(f"conv-sweep: doit toolchain takes no arguments, got: {' '.join(args)}", file=sys.stderr)
             return 3
-        root = root_from_env(os.environ)
         try:
-            targets_file = os.environ.get("CONV_SWEEP_TARGETS_FILE")
-            versions = [(p.toolchain, p.version) for p in select(os.environ.get("CONV_SWEEP_TARGET", ""),
-                                                                  load_profiles(Path(targets_file) if targets_file
-                                                                                else None)) if p.version]
+            cfg = Config.for_toolchain()
         except ConfigError as err:
             print(f"conv-sweep: bad configuration, nothing was installed: {err}", file=sys.stderr)
             return 3
+        root = cfg.toolchain_dir
+        versions = [(p.toolchain, p.version) for p in cfg.profiles if p.version]
         for kind, version in [("torq", None), *versions]:
             what = f"{kind} {version}" if version else "the Torq toolchain"
             try:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.executables import cannot_start
+from pipeline.core.layout import user_cache
 
 NAME = "torq"
 WHEELS = {  # the pinned Torq toolchain: distribution -> (version, sha256 of its cp312 manylinux_2_39_x86_64 wheel)
@@ -120,15 +121,10 @@ class ToolchainError(Exception):
     """The install failed: nothing was installed."""
 
 
-def default_root() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "conv-sweep" / "toolchain"
-
-
-def root_from_env(environ=None) -> Path:
-    env = os.environ if environ is None else environ
-    raw = env.get("CONV_SWEEP_TOOLCHAIN_DIR")
-    return Path(raw).expanduser().absolute() if raw else default_root()
+def default_root(environ=None) -> Path:
+    """Where toolchains are installed unless CONV_SWEEP_TOOLCHAIN_DIR says (pipeline/config.py
+    reads it): the user cache's toolchain folder."""
+    return user_cache(environ) / "toolchain"
 
 
 def _release(kind: str, version: str | None) -> tuple[Kind, str]:
@@ -189,7 +185,7 @@ def host_glibc() -> tuple[int, int] | None:
 
 def manifest(root: Path | None = None, kind: str = NAME, version: str | None = None) -> dict | None:
     """The installed release's manifest, or None when it is not (completely) installed."""
-    root = Path(root or root_from_env())
+    root = Path(root or default_root())
     pins = digests(root, kind, version)
     if pins is None:
         return None
@@ -258,7 +254,7 @@ def install(root: Path | None = None, out=None, kind: str = NAME, version: str |
     """Install the release unless it is already there; return its folder. A release without
     shipped or recorded digests must exist on PyPI; its digests are recorded once installed."""
     out = out or sys.stdout
-    root = Path(root or root_from_env())
+    root = Path(root or default_root())
     spec, version = _release(kind, version)
     what = "the Torq toolchain" if (kind, version) == (NAME, KINDS[NAME].pinned) else f"{kind} {version}"
     if manifest(root, kind, version) is not None:
