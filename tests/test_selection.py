@@ -25,8 +25,16 @@ def test_a_case_name_selects_the_case_on_every_target():
         ["verify:conv_onnx_f32_a@llvm-cpu", "verify:conv_onnx_f32_a@vmvx"]  # not conv_onnx_f32_ab
     assert selection.expand(["vmfb:conv_onnx_f32_a", "-x"], NAMES, _wild) == \
         ["vmfb:conv_onnx_f32_a@llvm-cpu", "vmfb:conv_onnx_f32_a@vmvx", "-x"]
-    same = ["verify:conv_onnx_f32_a@vmvx", "model:conv_onnx_f32_a", "verify:conv_*", "verify", "sweep", "build/a.npy"]
-    assert selection.expand(same, NAMES, _wild) == same  # full names, shared stages, patterns; the rest: doit's
+    same = ["verify:conv_onnx_f32_a@vmvx", "model:conv_onnx_f32_a", "verify", "sweep", "build/a.npy"]
+    assert selection.expand(same, NAMES, _wild) == same  # full names, shared stages; the rest: doit's
+
+
+def test_a_pattern_is_matched_once_into_the_names_it_selects():
+    matched = []
+    wild = lambda pattern: matched.append(pattern) or _wild(pattern)  # noqa: E731
+    assert selection.expand(["verify:conv_*", "sweep"], NAMES, wild) == \
+        ["verify:conv_onnx_f32_a@llvm-cpu", "verify:conv_onnx_f32_a@vmvx", "verify:conv_onnx_f32_ab@vmvx", "sweep"]
+    assert matched == ["verify:conv_*"]  # doit and the run command read the names
 
 
 def test_a_name_under_a_task_that_is_no_task_is_an_error_naming_the_closest():

@@ -7,7 +7,8 @@ every selected target. A pattern (`*`) that matches nothing stops the command be
 task, naming the pattern: doit would otherwise run nothing and exit 0.
 
 The run, clean, forget, ignore and reset-dep commands (pipeline/engine/command.py) expand
-their selection with `expand` before doit reads it. Nothing is added to the task list, so
+their selection with `expand` before doit reads it: a pattern is matched here, once, and doit
+and the run command read the task names it matched. Nothing is added to the task list, so
 `doit list` costs what it did.
 """
 from __future__ import annotations
@@ -49,10 +50,11 @@ def closest(pattern: str, names: list[str], wild, most: int = 3) -> list[str]:
 
 
 def expand(selection: list[str], names: list[str], wild, positional: frozenset = frozenset()) -> list[str]:
-    """The command line's selection with every `<stage>:<case>` of a per-target stage replaced by
-    that case's tasks on each target (`names`: every task, in order); a pattern matching no
-    task (`wild(pattern)` lists what it matches), and a `<task>:<name>` under a task with
-    subtasks that is no task, are an InvalidCommand naming it and the closest task names.
+    """The command line's selection with every pattern replaced by the tasks it matches
+    (`wild(pattern)` lists them), and every `<stage>:<case>` of a per-target stage by that
+    case's tasks on each target (`names`: every task, in order); a pattern matching no task,
+    and a `<task>:<name>` under a task with subtasks that is no task, are an InvalidCommand
+    naming it and the closest task names.
     After a task taking positional arguments (`positional`), the rest is its own; anything
     else (a plain task name, a file) is doit's."""
     known = set(names)
@@ -67,10 +69,11 @@ def expand(selection: list[str], names: list[str], wild, positional: frozenset =
         if item in positional:
             return out + selection[i:]
         if "*" in item:
-            if not wild(item):
+            matched = wild(item)
+            if not matched:
                 hint = "" if item.endswith("*") else "; a pattern matches whole task names: end it with * to match a prefix"
                 raise InvalidCommand(f'"{item}" matches no task{hint}{guess(item)}')
-            out.append(item)
+            out.extend(matched)
             continue
         stage, sep, case = item.partition(":")
         if sep and stage in PER_TARGET and item not in known and "@" not in case:
