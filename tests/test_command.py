@@ -1,14 +1,17 @@
 """The run command (pipeline/engine/command.py) through doit, as users type it: the build
 folder's lock refuses a second run and lets the tasks that work in folders of their own
-through; `doit clean` expands a case's name to its tasks on every target; `doit toolchain` is a
-command that needs no sweep configuration."""
+through; `doit clean` expands a case's name to its tasks on every target; `--retry-timeouts`
+reaches the run's Config before any task; `doit toolchain` is a command that needs no sweep
+configuration beyond the targets, and refuses a misspelt knob."""
 import fcntl
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from helpers import clean_env, doit, write_spec
+from helpers import ROOT, clean_env, doit, write_spec
 from test_dodo import IDS, SMALL
 
 
@@ -62,3 +65,22 @@ def test_toolchain_is_a_command_that_reads_no_sweep_configuration(tmp_path):
     assert "CONV_SWEEP_N" not in run.stderr
     assert run.returncode != 0 and "CONV_SWEEP_TOOLCHAIN_DIR" in run.stdout + run.stderr
     assert "toolchain" in doit("help", env=env, timeout=120).stdout
+
+
+def test_toolchain_refuses_a_misspelt_knob_naming_it(tmp_path):
+    env = clean_env(CONV_SWEEP_TARGT="torq", CONV_SWEEP_TOOLCHAIN_DIR=tmp_path / "toolchain")
+    run = doit("toolchain", env=env, timeout=120)
+    assert run.returncode == 3
+    assert run.stderr == ("conv-sweep: bad configuration, nothing was installed: CONV_SWEEP_TARGT='torq': is not a "
+                          "knob; did you mean CONV_SWEEP_TARGET? (docs/knobs.md lists them)\n")
+    assert not (tmp_path / "toolchain").exists()
+
+
+def test_retry_timeouts_reaches_the_run_s_config_before_any_task(tmp_path):
+    probe = ("import sys; from doit.doit_cmd import DoitMain; rc = DoitMain().run(sys.argv[1:]); "
+             "run = sys.modules['dodo'].RUN; print('RETRY', run.cfg.retry_timeouts, run.verbosity); sys.exit(rc)")
+    for argv, said in ((["refused"], "RETRY False 0"), (["--retry-timeouts", "-v", "2", "refused"], "RETRY True 2")):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=ROOT, env=_env(tmp_path), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert said in done.stdout

@@ -220,3 +220,49 @@ def test_a_long_compile_keeps_the_line_moving_and_is_named_with_its_limit(tmp_pa
     ticking = [l for l in run.stderr.splitlines() if f"; running: {case} 0m0" in l]
     assert len(ticking) >= 2, run.stderr[-3000:]
     assert all(l.endswith("of 1m00s") for l in ticking)  # llvm-cpu's compile floor: its predicted limit
+
+
+def _reporter_run(verbosity: int = 0):
+    """A run as the tasks carry it (Task.meta), and a case task and a command's task of it."""
+    from types import SimpleNamespace
+
+    from doit.task import Task
+
+    from pipeline.engine.tasks import META, RUN_META
+
+    run = SimpleNamespace(verbosity=verbosity, changed=True, costs={}, cases=[],
+                          cfg=SimpleNamespace(progress_interval=0.5))
+    case = Task("verify:conv_a@t", None, meta={META: {"stage": "verify", "cases": ["conv_a@t"], "target": "t"},
+                                                RUN_META: run})
+    return run, {t.name: t for t in (case, Task("report", None))}
+
+
+def test_the_reporter_takes_the_run_from_the_tasks_and_says_one_line_per_failing_case():
+    from doit.exceptions import TaskFailed
+
+    from pipeline.engine.reporter import SweepReporter
+
+    run, tasks = _reporter_run()
+    out = io.StringIO()
+    reporter = SweepReporter(out, {"failure_verbosity": 0})  # as doit makes it, from its registered name
+    reporter.initialize(tasks, ["verify:conv_a@t"])
+    assert reporter.run is run and reporter.progress.interval == 0.5 and not reporter.verbose
+    reporter.execute_task(tasks["verify:conv_a@t"])
+    reporter.add_failure(tasks["verify:conv_a@t"], TaskFailed("conv_a@t: compile failed: boom"))
+    reporter.complete_run()
+    assert out.getvalue() == "conv_a@t: compile failed: boom\n"  # said once, as it failed; no doit block after
+    assert reporter.failures == []  # doit's list holds what doit shows, nothing of ours
+    assert run.changed is True
+
+
+def test_a_run_that_ran_nothing_and_failed_nothing_is_unchanged_and_verbosity_2_shows_every_task():
+    from pipeline.engine.reporter import SweepReporter
+
+    run, tasks = _reporter_run(verbosity=2)
+    out = io.StringIO()
+    reporter = SweepReporter(out, {"failure_verbosity": 0})
+    reporter.initialize(tasks, ["verify:conv_a@t"])
+    assert reporter.verbose
+    reporter.skip_uptodate(tasks["verify:conv_a@t"])
+    reporter.complete_run()
+    assert run.changed is False and out.getvalue() == "-- verify:conv_a@t\n"

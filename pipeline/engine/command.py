@@ -6,24 +6,28 @@ under doit's own names, so that `doit`, `doit sweep`, `doit clean …` are these
   nothing is an error: pipeline/engine/selection.py); the start order of the chains, planned
   for the lanes this run has (`-n`); and, where the selection reaches case tasks, the tools'
   check (a tool that cannot start stops the run before any task), the Dask cluster's start and
-  stop, and the report once every task has ended. Its reporter (pipeline/engine/reporter.py)
-  only reports.
+  stop, and the report once every task has ended. Its reporter (pipeline/engine/reporter.py),
+  which doit makes from its registered name, only reports. `--retry-timeouts` is its own option.
 - `clean`, `forget`, `ignore`, `reset-dep`: doit's, with the same lock and selection.
 - `toolchain` installs the Torq toolchain and every selected compiler version; of the sweep's
   configuration it reads only the targets (Config.for_toolchain).
 
 What dodo.py resolved (pipeline/engine/tasks.py's Run) reaches the commands through DOIT_CONFIG,
-doit's documented way for a dodo file to configure its commands; the tasks are told apart by
-their Task.meta, never by their names.
+doit's documented way for a dodo file to configure its commands, and the reporters through the
+tasks doit hands them (Task.meta); the tasks are told apart by their Task.meta, never by their
+names. The commands run as doit runs them: doit's own Run is given its options as it would take
+them, under the names of its `_execute`'s parameters.
 """
 from __future__ import annotations
 
 import codecs
 import fcntl
 import fnmatch
+import inspect
 import os
 import sys
 from contextlib import contextmanager
+from dataclasses import replace
 
 from doit.cmd_base import Command
 from doit.cmd_clean import Clean
@@ -33,13 +37,14 @@ from doit.cmd_resetdep import ResetDep
 from doit.cmd_run import Run
 
 from pipeline.engine import order
+from pipeline.engine.commands import takes_lock
 from pipeline.engine.selection import expand
 from pipeline.engine.tasks import RUN_KEY, case_meta, plan_order
-# Tasks that touch no case artifact and no report, so they take no lock: `doit shrink <case>`
-# works in a folder of its own (<build>/shrink/<case>), so it may run beside a sweep, or beside
-# another shrink; `doit calibrate` only reads the case folders' logs; `doit prune_store` works
-# on the store alone.
-UNLOCKED_TASKS = frozenset({"shrink", "calibrate", "prune_store"})
+
+RETRY_TIMEOUTS = {
+    "name": "retry_timeouts", "long": "retry-timeouts", "type": bool, "default": False,
+    "help": "re-run the tool invocations a previous run cut at the same time limit (known timeouts are otherwise "
+            "results, taken from the store)"}
 
 
 def closure(tasks: dict, selected: list[str]) -> set[str]:
@@ -71,6 +76,8 @@ class _Sweep:
         return [t.name for t in self.task_list]
 
     def expanded(self, selection: list[str] | None) -> list[str] | None:
+        """The selection as doit is to read it (selection.expand): patterns and case names
+        replaced by the task names they select, matched here and only here."""
         if not selection:
             return selection
         names = self._names()
@@ -80,10 +87,11 @@ class _Sweep:
     @contextmanager
     def locked(self, selection: list[str] | None):
         """The build folder's lock while the command works, unless the selected task works in a
-        folder of its own (UNLOCKED_TASKS; what follows it on the command line is its own
-        arguments); a second run on the folder is refused."""
+        folder of its own (its command's spec says so: pipeline/engine/commands.py; what follows
+        it on the command line is its own arguments); a second run on the folder is refused."""
         first = next(iter(selection or []), None)  # a task taking positional arguments takes the rest
-        if first in UNLOCKED_TASKS:
+        task = next((t for t in self.task_list if t.name == first), None)
+        if task is not None and not takes_lock(task):
             yield
             return
         fd = _lock(self._params["dep_file"] + ".lock")
@@ -93,40 +101,53 @@ class _Sweep:
             os.close(fd)
 
 
+def _with_parameter(function, name: str, default) -> inspect.Signature:
+    """`function`'s signature with one more parameter, `name`, after its own."""
+    signature = inspect.signature(function)
+    extra = inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+    return signature.replace(parameters=[*signature.parameters.values(), extra])
+
+
 class SweepRun(_Sweep, Run):
     name = "run"
     doc_purpose = "run tasks (conv-sweep: the build folder's lock, case names, the start order and the report)"
+    cmd_options = Run.cmd_options + (RETRY_TIMEOUTS,)
 
-    def _execute(self, outfile, verbosity=None, always=False, continue_=False, reporter="console",
-                 num_process=0, par_type="process", single=False, auto_delayed_regex=False,
-                 force_verbosity=False, failure_verbosity=0, pdb=False):
+    def _execute(self, retry_timeouts=False, **options):
+        """doit's run, within the run's lifecycle; `options` are doit's Run's, passed on as they came."""
         run = self.run
+        if run is not None:
+            run.verbosity = options.get("verbosity") or 0
+            if retry_timeouts:
+                run.cfg = replace(run.cfg, retry_timeouts=True)
         self.sel_tasks = self.expanded(self.sel_tasks)
         tasks = {t.name: t for t in self.task_list}
-        names = self._names()
-        selected = [m for item in self.sel_tasks or [] for m in (fnmatch.filter(names, item) if "*" in item
-                                                                 else [item])]
-        reached = [tasks[n] for n in closure(tasks, selected)]
-        cases = run is not None and any(case_meta(t) for t in reached)
+        cases = run is not None and any(case_meta(tasks[n]) for n in closure(tasks, self.sel_tasks))
+        outfile = options["outfile"]
         stream = codecs.open(outfile, "w", encoding="utf-8") if isinstance(outfile, str) else outfile
         try:
             with self.locked(self.sel_tasks):
                 if cases:
-                    self._before(run, tasks, num_process)
-                reporter_cls = self.reporters[reporter] if isinstance(reporter, str) else reporter
-                options = {"failure_verbosity": failure_verbosity, "verbosity": verbosity or 0, RUN_KEY: run}
-                shown = reporter_cls(stream, options) if isinstance(reporter_cls, type) else reporter_cls
+                    self._before(run, tasks, options.get("num_process") or 0)
                 try:
                     with order.depth_first(run.cfg.order if run else "breadth"):
-                        code = super()._execute(stream, verbosity, always, continue_, shown, num_process, par_type,
-                                                single, auto_delayed_regex, force_verbosity, failure_verbosity, pdb)
+                        code = super()._execute(**{**options, "outfile": stream})
                 finally:
                     if cases:
-                        self._after(run, getattr(shown, "report_stream", stream), getattr(shown, "changed", True))
+                        self._after(run, self._report_stream(options.get("reporter"), stream), run.changed)
             return code
         finally:
             if stream is not outfile:
                 stream.close()
+
+    # doit passes a command the options named by its _execute's parameters: doit's Run's, and ours
+    _execute.__signature__ = _with_parameter(Run._execute, "retry_timeouts", False)
+
+    def _report_stream(self, reporter, stream):
+        """Where the report's summary goes when the run ends: the run's output, unless the
+        reporter's output is a document (`doit -r json`: stdout holds only the JSON)."""
+        chosen = self.reporters.get(reporter) if isinstance(reporter, str) else reporter
+        return sys.stderr if getattr(chosen, "document_output", False) else stream
 
     @staticmethod
     def _before(run, tasks: dict, lanes: int) -> None:

@@ -1,10 +1,12 @@
 """doit reporters: live progress during a run, and one line per failing case.
 
 Registered in pyproject.toml under the names doit uses by default ("console", "json"), so that
-`doit -r json` keeps its machine-readable output. They only report: the run command
-(pipeline/engine/command.py) owns the run's lifecycle, and hands them the run and doit's
-verbosity through the reporter's options. Case tasks are told by their Task.meta.
-Imports doit: loaded by doit as a plugin.
+`doit -r json` keeps its machine-readable output; doit makes them from those names, as it makes
+any reporter. They only report: the run command (pipeline/engine/command.py) owns the run's
+lifecycle. The run (pipeline/engine/tasks.py's Run: its configuration, its plan, doit's
+verbosity for it) comes with the tasks doit hands a reporter, in their Task.meta, and so do a
+case task's case, stage and target; the reporters say on the run whether it changed anything
+(the run command then writes the report). Imports doit: loaded by doit as a plugin.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from doit.reporter import ConsoleReporter, JsonReporter
 from pipeline.config import DEFAULT_PROGRESS_INTERVAL
 from pipeline.core.chain import STAGE_OF_TASK, TASKS
 from pipeline.engine.command import closure
-from pipeline.engine.tasks import RUN_KEY, case_meta
+from pipeline.engine.tasks import case_meta, run_of
 
 
 def _limits(run, tasks: dict):
@@ -292,14 +294,17 @@ class SweepReporter(ConsoleReporter):
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        self.run = options.get(RUN_KEY)
-        self.progress = Progress(sys.stderr, self.run.cfg.progress_interval if self.run else DEFAULT_PROGRESS_INTERVAL)
-        self.verbose = (options.get("verbosity") or 0) >= 2  # per-task lines and doit's own failure blocks
-        self.report_stream = outstream  # where the run command writes the report's summary
-        self.changed = False  # a case task ran or a task failed: the report is written again
+        self.run = None  # the run the tasks carry (initialize)
+        self.progress = Progress(sys.stderr, DEFAULT_PROGRESS_INTERVAL)
+        self.verbose = False  # per-task lines and doit's own failure blocks: the run's verbosity 2
+        self.failed = False  # a task failed (doit's list of failures holds only those it shows)
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
+        self.run = run_of(tasks)
+        if self.run is not None:
+            self.verbose = self.run.verbosity >= 2
+            self.progress.interval = self.run.cfg.progress_interval
         self.progress.initialize(tasks, selected_tasks)
         if self.run is not None:
             if self.run.costs and set(self.progress.pending) <= set(self.run.costs):
@@ -322,12 +327,11 @@ class SweepReporter(ConsoleReporter):
     def add_failure(self, task, fail):
         """A failing case is one line (case, stage, reason, log, repro: the task's message);
         tasks skipped because a dependency failed are said by that failure already."""
+        self.failed = self.failed or fail.report
         if self.verbose or (case_meta(task) is None and not isinstance(fail, UnmetDependency)):
             super().add_failure(task, fail)
-        elif fail.report:
-            self.failures.append({"task": task, "exception": fail})
-            if not isinstance(fail, UnmetDependency):
-                self.write((getattr(fail, "message", "") or fail.get_msg()).rstrip() + "\n")
+        elif fail.report and not isinstance(fail, UnmetDependency):
+            self.write((getattr(fail, "message", "") or fail.get_msg()).rstrip() + "\n")
         self.progress.finished(task.name, True)
 
     def skip_uptodate(self, task):
@@ -341,22 +345,26 @@ class SweepReporter(ConsoleReporter):
         self.progress.finished(task.name, False)
 
     def complete_run(self):
+        """The last progress line; doit's summary shows the failures it was given (a failing
+        case's line was said as it failed)."""
         self.progress.stop()
         self.progress.show(final=True)
-        self.changed = bool(self.progress.worked or self.failures)
-        if not self.verbose:  # the failures were said once, as they happened
-            self.failures = [f for f in self.failures
-                             if case_meta(f["task"]) is None and not isinstance(f["exception"], UnmetDependency)]
+        if self.run is not None:
+            self.run.changed = bool(self.progress.worked or self.failed)
         super().complete_run()
 
 
 class SweepJsonReporter(JsonReporter):
     desc = "JSON output (as doit's json reporter)"
+    document_output = True  # its output is one JSON document: the run command writes the report to stderr
 
     def __init__(self, outstream, options=None):
-        self.report_stream = sys.stderr  # stdout holds only the JSON document (doit's reporter captures both)
         super().__init__(outstream, options)
-        self.changed = False
+        self.run = None
+        self.changed = False  # a case task ran or a task failed
+
+    def initialize(self, tasks, selected_tasks):
+        self.run = run_of(tasks)
 
     def execute_task(self, task):
         super().execute_task(task)
@@ -365,3 +373,8 @@ class SweepJsonReporter(JsonReporter):
     def add_failure(self, task, fail):
         super().add_failure(task, fail)
         self.changed = True
+
+    def complete_run(self):
+        if self.run is not None:
+            self.run.changed = self.changed
+        super().complete_run()

@@ -6,8 +6,9 @@ The run (its Config and cases) is resolved once, when dodo.py loads. The identit
 targets' tools (their --version, size, digest) are worked out when a task needs them, once per
 run: at the start of a run that executes case tasks (the run command asks, so that a tool that
 cannot start stops the run before any task), else at the first up-to-date check that needs
-them; `doit list` never asks. Each case task carries its identity in Task.meta (the run
-command and the reporter read it there).
+them; `doit list` never asks. Each case task carries its identity in Task.meta, and every task
+dodo.py makes carries the Run (the run command and the reporters read them there). The other
+commands, each whole, are in pipeline/engine/commands.py.
 """
 from __future__ import annotations
 
@@ -33,12 +34,18 @@ from pipeline.space.cases import Case
 
 RUN_KEY = "conv_sweep"  # DOIT_CONFIG's entry holding the Run, for the commands (pipeline/engine/command.py)
 META = "conv_sweep"  # Task.meta's entry of a case task: {"stage", "cases": [case keys], "target"}
+RUN_META = "conv_sweep_run"  # Task.meta's entry holding the Run, on every task dodo.py makes (for the reporters)
 
 
 def case_meta(task) -> dict | None:
     """A case task's identity (its Task.meta entry): stage, case keys, target (None for a task
     its model's cases share on every target); None for any other task."""
     return (getattr(task, "meta", None) or {}).get(META)
+
+
+def run_of(tasks: dict):
+    """The Run that dodo.py's tasks carry (doit hands a reporter the tasks), or None."""
+    return next((t.meta[RUN_META] for t in tasks.values() if RUN_META in (getattr(t, "meta", None) or {})), None)
 
 
 @dataclass
@@ -51,6 +58,10 @@ class Run:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     costs: dict = field(default_factory=dict)  # case key -> its chain's planned seconds (the start order's)
     report_at_end: bool = False  # this run reaches case tasks: the run command writes the report when it ends
+    verbosity: int = 0  # doit's -v of the run (the run command's): at 2 the reporter shows every task
+    # a case task ran or a task failed, so the report is read again when the run ends: our
+    # reporters say so at the end of the run (with any other reporter it is assumed)
+    changed: bool = True
 
     def target_keys(self, target: str) -> tuple[dict, dict]:
         """What identifies the target's compile and its run (executables and their --version,
@@ -124,12 +135,14 @@ def _target_keys(cfg: Config) -> dict:
 
 
 class key_unchanged:
-    """An uptodate check: up to date while the task's key (a dict computed when doit checks the
-    task, not when dodo.py loads) is the one saved with its last success. The digest is saved
-    through task.value_savers, under the name and in the form of doit's config_changed, so a
-    build folder's saved keys hold across both."""
+    """An uptodate check, in doit's documented form (a callable of the task and its saved values
+    that may add to task.value_savers): up to date while the task's key (a dict computed when
+    doit checks the task, not when dodo.py loads) is the one saved with its last success."""
 
-    SAVED = "_config_changed"
+    # Our own name for the saved digest. Build folders whose tasks were saved under the name
+    # doit's config_changed uses ("_config_changed", before this name) run each task once
+    # more, and hold from then on.
+    SAVED = "conv_sweep_key"
 
     def __init__(self, make_key):
         self.make_key = make_key
@@ -309,7 +322,7 @@ def subtasks(run: Run, stage: str, stage_fn):
             "uptodate": [key_unchanged(key), (_output_intact, [outputs])],
             "clean": [(_clean_case_dir, [run.cfg, c]) for c in cases] if stage == "verify" else True,
             "meta": {META: {"stage": stage, "cases": [c.key for c in cases], "target": None if stage in SHARED_TASKS
-                            else first.target}},
+                            else first.target}, RUN_META: run},
             # doit's thread runner swaps the process-wide sys.stdout to capture; tasks print
             # nothing (a failure's message is the TaskFailed's, the tools' output is in logs)
             "io": {"capture": False},
@@ -318,176 +331,3 @@ def subtasks(run: Run, stage: str, stage_fn):
 
 def sweep_clean(run: Run) -> list:
     return [(shutil.rmtree, [str(folder)], {"ignore_errors": True}) for folder in run.cfg.layout.cleaned]
-
-
-# ------------------------------------------------------------------ the other commands' actions
-
-def report(run: Run, merge):
-    """Write the report now, unless this run writes it when it ends (it ran case tasks); with
-    --merge, one report from several build folders or results.json files."""
-    from pipeline.results.report import merge_reports, report_run
-
-    if merge:
-        try:
-            merge_reports(merge, run.cfg)
-        except ConfigError as err:
-            return TaskFailed(f"conv-sweep: {err}")
-        return None
-    if run.report_at_end:
-        print("conv-sweep: the report is written when this run ends")
-        return None
-    report_run(run.cfg, run.cases)
-    return None
-
-
-def accept_failures(run: Run):
-    from pipeline.curate.lists import accept_failures
-
-    accept_failures(run.cfg, run.cases)
-
-
-def export_xfails(run: Run, params):
-    from pipeline.curate.lists import export_xfails
-
-    if not params or any(c.isspace() or c in "[]" for c in params):
-        return TaskFailed(f"conv-sweep: doit export_xfails --params={params!r}: must be upstream's test "
-                          "parameters, e.g. sim-sl2610-v1")
-    export_xfails(run.cfg, run.cases, params)
-    return None
-
-
-def import_xfails(run: Run, files):
-    from pipeline.curate.lists import import_xfails
-
-    if len(files) != 1:
-        return TaskFailed("conv-sweep: doit import_xfails FILE: name one xfail file "
-                          "(upstream's tests/test_conv_sweep-xfails.txt)")
-    try:
-        import_xfails(run.cfg, run.cases, Path(files[0]))
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    return None
-
-
-def prune_store(run: Run, days, max_gb):
-    store = run.cfg.store()
-    if store is None:
-        return TaskFailed("conv-sweep: the store is off (CONV_SWEEP_CACHE_DIR=off): nothing to prune")
-    if days < 0 or max_gb < 0:
-        return TaskFailed(f"conv-sweep: doit prune_store --days={days} --max-gb={max_gb}: must be >= 0 (0: no limit)")
-    found = store.prune(max_age_days=days or None, max_bytes=int(max_gb * 1e9) if max_gb else None)
-    print(f"{store.root}: {found['entries_removed']} entries removed, {found['entries_kept']} kept; "
-          f"{found['bytes_freed'] / 1e6:.1f} MB freed, {found['bytes_kept'] / 1e6:.1f} MB kept")
-    return None
-
-
-def calibrate(run: Run, out):
-    from pipeline.curate.calibrate import calibrate
-
-    for line in calibrate(run.cfg, run.cases, Path(out) if out else None):
-        print(line)
-
-
-def compare(run: Run, old, new, out, noise_floor):
-    from pipeline.triage.diff import compare_runs
-
-    if not old or not new:
-        return TaskFailed("conv-sweep: doit compare needs --old and --new (targets of this build folder, "
-                          "build folders or results.json files)")
-    if not noise_floor >= 0:
-        return TaskFailed(f"conv-sweep: doit compare --noise-floor={noise_floor}: must be a fraction >= 0")
-    try:
-        text, regressions = compare_runs(old, new, Path(out) if out else run.cfg.layout.compare_dir(), noise_floor,
-                                         run.cfg.layout)
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    print(text)
-    if regressions:
-        return TaskFailed(f"conv-sweep: {regressions} regressions (cases passing in --old, failing in --new)")
-    return None
-
-
-def shrink(run: Run, cases, budget, keep_data):
-    from pipeline.triage.shrink import describe, find_cases, shrink
-
-    if len(cases) != 1:
-        return TaskFailed("conv-sweep: doit shrink takes one case: doit shrink <case>@<target>")
-    if budget < 0:
-        return TaskFailed(f"conv-sweep: doit shrink --budget={budget}: must be a number of seconds >= 0")
-    try:
-        chosen = find_cases(run.cases, cases[0])  # a case name: that case on every selected target
-        for case in chosen:
-            print(describe(shrink(case, run.cfg, budget=budget or None, keep_data=keep_data)))
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    return None
-
-
-def bugreport(run: Run, buckets, budget, keep_data):
-    from pipeline.triage.bugreport import bugreports
-
-    if budget < 0:
-        return TaskFailed(f"conv-sweep: doit bugreport --budget={budget}: must be a number of seconds >= 0")
-    try:
-        bugreports(run.cfg, run.cases, list(buckets), budget, keep_data=keep_data)
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    return None
-
-
-def bisect(run: Run, subject, target, versions):
-    """`doit bisect CASE --target T --versions A..B`: doit hands what follows a task taking
-    positional arguments to it whole, so the options after the case are read here."""
-    import argparse
-
-    from pipeline.triage.bisect import bisect
-
-    parser = argparse.ArgumentParser(prog="doit bisect", add_help=False, exit_on_error=False)
-    parser.add_argument("subject", nargs="*")
-    parser.add_argument("--target", default=target)
-    parser.add_argument("--versions", default=versions)
-    try:
-        args, unknown = parser.parse_known_args(list(subject))
-    except argparse.ArgumentError as err:
-        return TaskFailed(f"conv-sweep: doit bisect: {err}")
-    subject, target, versions = args.subject + unknown, args.target, args.versions
-    if len(subject) != 1 or not versions:
-        return TaskFailed("conv-sweep: doit bisect takes one case or bucket and --versions FIRST..LAST: "
-                          "doit bisect <case-or-bucket> --target llvm-cpu --versions 3.9.0..3.13.0")
-    if not target and len(run.cfg.targets) != 1:
-        return TaskFailed("conv-sweep: doit bisect --target: several targets are selected, name one")
-    try:
-        found = bisect(run.cfg, run.cases, subject[0], target or run.cfg.targets[0].name, versions)
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    if found["first_bad"] is None:
-        return TaskFailed("conv-sweep: bisect found no release where the case starts failing in the range")
-    return None
-
-
-def print_refused(run: Run):
-    refused = run.cfg.refused()
-    for r in refused:
-        print(f"{r.name}  ({r.category}): {r.reason}")
-    print(f"{len(refused)} cases not generated: their frontend refuses the geometry or their flavor cannot check it")
-
-
-def hunt(run: Run, budget, seed, strategy, lanes, flavors):
-    """`doit hunt`: a guided search for failure buckets the sweep misses (pipeline/triage/hunt.py),
-    its cases run on `lanes` lanes (default: the machine's cores)."""
-    from pipeline.engine.history import estimator
-    from pipeline.space.cases import parse_variants
-    from pipeline.triage.hunt import hunt
-
-    if lanes < 0:
-        return TaskFailed(f"conv-sweep: doit hunt --lanes={lanes}: must be a number of lanes >= 1 (0: the cores)")
-    try:
-        chosen = parse_variants(flavors, "doit hunt --flavors") if flavors else None
-        summary = hunt(run.cfg, run.cases, budget, seed, strategy, lanes or os.cpu_count() or 1,
-                       estimate=estimator(run.cfg), flavors=chosen)
-    except ConfigError as err:
-        return TaskFailed(f"conv-sweep: {err}")
-    print(f"conv-sweep: {len(summary['new_buckets'])} new buckets" + "".join(
-        f"\n  {b['target']}: {b['bucket']}  ({b['cases']} cases, first {b['first_case']})"
-        for b in summary["new_buckets"]))
-    return None

@@ -375,10 +375,6 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
          estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print) -> dict:
     """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
     the summary (also written to <build>/hunt/summary.json)."""
-    if strategy not in STRATEGIES:
-        raise ConfigError("doit hunt --strategy", strategy, f"must be one of {', '.join(STRATEGIES)}")
-    if not budget > 0:
-        raise ConfigError("doit hunt --budget", budget, "must be a number of seconds > 0")
     folder = cfg.build_dir / "hunt"
     hunt_cfg = cfg.scratch(folder)
     folder.mkdir(parents=True, exist_ok=True)
