@@ -381,3 +381,15 @@ def test_refused_names_a_w8i8_case_whose_int32_accumulator_could_overflow(tmp_pa
     listed = doit("list", "--all", env=env)
     assert "verify:conv_tflite_w8i8_" not in listed.stdout and "verify:conv_tflite_f32_" in listed.stdout
     assert not (tmp_path / "build" / "cases").exists()
+
+
+def test_list_and_help_show_each_command_s_spec(tmp_path):
+    """Every command's line in `doit list` is its spec's doc; `doit help` shows its options."""
+    from pipeline.engine.commands import SPECS
+
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    listed = dict(line.split(None, 1) for line in doit("list", env=env).stdout.splitlines())
+    for spec in SPECS:
+        assert listed[spec.name].strip() == spec.doc, spec.name
+    shown = doit("help", "bisect", env=env).stdout
+    assert shown.startswith("bisect  The first release on which") and "--versions=ARG" in shown and "--target=ARG" in shown
