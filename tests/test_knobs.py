@@ -36,6 +36,7 @@ def test_the_docs_table_is_the_declaration():
     """Every row of docs/knobs.md's table `| `NAME` | default | meaning |`, in order: the declared
     knobs and no other name, each with its declared default (backticks aside)."""
     rows = re.findall(r"^\| `(CONV_SWEEP_\w+)` \| ([^|]*) \|", KNOBS_DOC.read_text(), re.M)
+    assert rows and DECLARED, "no knob rows in docs/knobs.md, or no knob declared: nothing to compare"
     assert [name for name, _ in rows] == DECLARED
     assert [default.replace("`", "").strip() for _, default in rows] == [k.default for k in KNOBS]
 
