@@ -146,6 +146,8 @@ def test_commands_are_found(doc):
 
 @pytest.mark.parametrize("doc,cmd", COMMANDS, ids=[f"{doc}: {cmd['line']}" for doc, cmd in COMMANDS])
 def test_documented_command(doc, cmd, ran):
+    if cmd["expect"]:  # an empty `fails:` or `prints:` text would hold in any output
+        assert cmd["text"], f"{doc}: `{cmd['line']}` says {cmd['expect']}: with no text to look for"
     run, build = ran[cmd["line"]]
     out = run.stdout + run.stderr
     said = f"{doc}: `{cmd['line']}` exited {run.returncode}:\n{out[-3000:]}"
@@ -251,7 +253,10 @@ def test_named_paths_exist():
 
 
 def test_json_examples_parse():
+    parsed = 0
     for doc in DOCS:
         for lang, body in FENCE.findall(doc.read_text()):
             if lang == "json":
                 json.loads(body)
+                parsed += 1
+    assert parsed > 0, "no ```json block found in README.md or docs/: the extraction or the documents changed"
