@@ -55,6 +55,7 @@ VERIFY_KEY_EXEMPT = {
     "space.sweep": "samples the geometries: which cases exist, not their verdicts",
     "targets.toolchain": "installs the toolchains' tools, whose identities are in the key",
     "targets.cost": "the time limits: whether a tool may finish, not what a finished one produced",
+    "core.cuts": "a cut the store holds at this limit or more: whether a tool may finish, not what a finished one produced",
     "core.store": "gives back files built before; verify keys on the files themselves (doit's file_dep digests)",
     "core.fingerprint": "computes keys (this table, the store's keys); it decides no verdict",
     "core.integrity": "digests files for keys and the store; it decides no verdict",
