@@ -213,6 +213,8 @@ SHELLS = ("sh", "bash", "dash", "ash", "ksh", "mksh", "zsh")  # interpreters who
 _KEYWORDS = {"then", "do", "else", "elif", "if", "while", "until", "!", "{", "}", "time"}  # a command follows
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATOR = re.compile(r"^[();<>|&]+$")
+# Module state that stays, and why: the tools this process has warned about (a warning is said
+# once per process, whichever run or thread meets the tool first).
 _warned: set[str] = set()
 
 

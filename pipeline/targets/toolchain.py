@@ -201,6 +201,9 @@ def manifest(root: Path | None = None, kind: str = NAME, version: str | None = N
     return data
 
 
+# Module state that stays, and why: an install's probe answers where they could not be written
+# back to its read-only manifest, so that this process probes it once; a fact about files on
+# disk that holds for the process's life, not a run's knowledge or configuration.
 _probed: dict[str, tuple[dict, dict]] = {}  # install folder -> its probes, where they could not be written back
 
 
