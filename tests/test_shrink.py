@@ -241,6 +241,20 @@ def test_slow_factor_is_below_every_built_in_margin():
             assert rule.margin > SLOW_FACTOR, (profile.name, stage)
 
 
+def test_a_stage_s_seconds_are_known_only_where_it_ended_by_itself(tmp_path):
+    from pipeline.config import Config
+    from pipeline.outcome.result import record_stage
+    from pipeline.triage.slow import stage_seconds
+
+    cfg = Config.from_env(clean_env(CONV_SWEEP_BUILD_DIR=tmp_path))
+    case = cfg.cases()[0]
+    assert stage_seconds(cfg, case, "compile") is None  # not run
+    for facts, seconds in (({"seconds": 1.25}, 1.25), ({"seconds": 3.5, "cut": True}, None),
+                           ({"seconds": 0.0, "store": True}, None)):
+        record_stage(cfg.case_dir(case), "compile", **facts)  # ended; cut at its 3.5 s limit; from the store
+        assert stage_seconds(cfg, case, "compile") == seconds, facts
+
+
 def test_typical_seconds_are_the_sweeps_other_cases_not_the_anomaly(tmp_path):
     """The giant torq compile made the calibration predict 563 s for every case from 46 M MACs
     up; what is typical at its size is what the sweep's other compiles of that size took."""

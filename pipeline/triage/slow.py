@@ -74,8 +74,9 @@ def typical_seconds(cfg: Config, case: Case, stage: str, exclude: tuple[str, ...
 
 
 def stage_seconds(cfg: Config, case: Case, stage: str) -> float | None:
-    """How long the case's `stage` ran where it ended by itself (stages.json, result.json)."""
+    """How long the case's `stage` ran where it ended by itself (stages.json, result.json): None
+    where it was taken from the store or cut at its limit (a cut records the limit's seconds)."""
     result = read_result(cfg.case_dir(case)) or {}
     stages = {**read_all_stages(cfg.model_dir(case), cfg.case_dir(case)), **(result.get("stages") or {})}
     entry = stages.get(stage) or {}
-    return None if entry.get("store") else entry.get("seconds")
+    return None if entry.get("store") or entry.get("cut") else entry.get("seconds")
