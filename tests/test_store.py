@@ -276,7 +276,9 @@ exec {real} "$@"
 
 
 @pytest.mark.slow
-def test_a_compile_error_is_remembered_a_timeout_is_not(tmp_path):
+def test_a_compile_error_is_remembered_and_a_cut_with_its_limit(tmp_path):
+    """A deterministic failure is that failure again; a cut is that cut again at the same limit
+    (a known timeout is a result), and runs again with --retry-timeouts."""
     from helpers import real_compiler
 
     wrapper = tmp_path / "flaky-compile"
@@ -294,8 +296,13 @@ def test_a_compile_error_is_remembered_a_timeout_is_not(tmp_path):
     assert two[error]["stages"]["compile"] == {"seconds": 0.0, "store": True}
     assert "taken from the store" in (tmp_path / "two" / "cases" / error / "llvm-cpu" / "compile.log").read_text()
     assert one[hang]["reason"].startswith("flaky-compile timed out after 5 s")
-    assert two[hang]["reason"].startswith("flaky-compile timed out after 5 s")  # tried again, not remembered
-    assert "compile" not in two[hang]["stages"]
+    assert one[hang]["stages"]["compile"] == {"seconds": 5.0, "cut": True}  # a cut counts its limit
+    assert two[hang]["reason"] == one[hang]["reason"]  # remembered with its limit: not run again
+    assert two[hang]["stages"]["compile"] == {"seconds": 0.0, "store": True, "cut": True, "limit": 5.0}
+    assert "taken from the store" in (tmp_path / "two" / "cases" / hang / "llvm-cpu" / "compile.log").read_text()
+    third = doit("--retry-timeouts", "-n", "2", "sweep", env=_env(tmp_path, "two", store, **knobs))
+    assert third.returncode != 0
+    assert results(tmp_path / "two")[hang]["stages"]["compile"] == {"seconds": 5.0, "cut": True}  # tried again
     # the wrapper's modules are its own: the real compiler's store entries are not the wrapper's
     clean = doit("-n", "2", "sweep", env=_env(tmp_path, "real", store))
     assert clean.returncode == 0, clean.stderr[-2000:]
