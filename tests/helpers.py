@@ -21,8 +21,9 @@ _store: list[Path] = []
 
 
 def test_store() -> Path:
-    """The store of stage outputs the tests' runs share: one per test session, made on first
-    use and removed when the session ends (never the user's own)."""
+    """The store of stage outputs the tests' runs share: one per test process (each xdist
+    worker has its own), made on first use and removed when the process ends (never the user's
+    own)."""
     if not _store:
         _store.append(Path(tempfile.mkdtemp(prefix="test-store-")))
         atexit.register(shutil.rmtree, _store[0], ignore_errors=True)

@@ -190,7 +190,8 @@ def test_ci_runs_the_readme_s_test_line_which_installs_what_the_tests_need():
         next(i for i, step in enumerate(steps) if step[:2] == ["apt-get", "install"])
     assert [".venv/bin/pip", "install", "-e", ".[test]"] in steps  # the test extra (selenium, ...)
     assert [".venv/bin/doit", "toolchain"] in steps  # the Torq tools the slow tests run
-    assert steps[-1] == [".venv/bin/pytest"]  # the full tier, as `pytest` in "Tests: which tier when"
+    # the full tier, as `pytest` in "Tests: which tier when", on both cores (pytest-xdist)
+    assert steps[-1] == [".venv/bin/pytest", "-n", "2"]
 
 
 @pytest.mark.parametrize("marks", [0, 2])

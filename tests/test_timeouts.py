@@ -47,9 +47,11 @@ def _env(tmp_path, **knobs):
     profile = {"base": "llvm-cpu", "runner": str(runner), "flavors": ["onnx_f32"], "calibration": "cal.json",
                "timeouts": RULES}
     (tmp_path / "targets.json").write_text(json.dumps({"targets": {"cut": profile}}))
+    # a store of its own: the store remembers a cut with its limit, and the hang cut by one of these
+    # tests would be the other's result wherever both ran in one test process (the tests' store)
     return clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [TINY, SLOW]), CONV_SWEEP_N=0,
                      CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGETS_FILE=tmp_path / "targets.json",
-                     CONV_SWEEP_TARGET="cut", **knobs)
+                     CONV_SWEEP_TARGET="cut", CONV_SWEEP_CACHE_DIR=tmp_path / "store", **knobs)
 
 
 def test_a_hang_on_a_tiny_case_is_cut_at_its_predicted_limit(tmp_path):
