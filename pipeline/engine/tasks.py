@@ -244,10 +244,9 @@ def _groups(run: Run, stage: str):
 def plan_order(run: Run, tasks: dict, lanes: int) -> None:
     """Order the verify tasks as their chains should start (the sweep asks for verify tasks in
     this order, and doit runs each one's chain depth first): a first failure and a first pass
-    at once, then planned on the run's lanes (`doit -n`, or the cluster's slots), one streaming
-    the cheapest chains so that results come in from the first seconds, the others the most
-    expensive first, by last run's measured durations or the cost model
-    (pipeline/engine/history.py), so that no long chain starts last and leaves a lane idle at
+    at once, then every other chain the most expensive first (on more than one lane: `doit -n`,
+    or the cluster's slots), by last run's measured durations or the cost model
+    (pipeline/engine/history.py), so that no long chain starts late and leaves a lane idle at
     the end. Sets run.costs (the plan the progress line counts down)."""
     group = tasks.get("verify")
     if group is None or len(run.cases) < 3:
