@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import traceback
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 from pipeline.space.cases import Case
@@ -275,6 +276,7 @@ def vmfb(case: Case, cfg: Config) -> str | None:
                                    timeout_note=limit.cut_note(), launch=target.compile_launch)
         _observe(cfg, case, "compile", seconds)
 
+    @cache  # asked by _run (the outputs' entry) and by work (the cut's): the MLIR is hashed once
     def stored():
         from pipeline.targets.compiler import PROFILE
         from pipeline.targets.profiles import toolchain_identity
