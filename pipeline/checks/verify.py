@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.checks import oracle
+from pipeline.checks import explain, oracle
 from pipeline.targets import perf
 from pipeline.targets import signature
 from pipeline.checks import tolerance
@@ -229,6 +229,20 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     return [check, channel_check(case, bound, actual)] if tensor else [check]
 
 
+def explanation(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: dict, actual: np.ndarray,
+                profile) -> str | None:
+    """For wrong numbers, the mis-lowering the output matches under these very comparisons
+    (pipeline/checks/explain.py); None where an element is not finite (a non-finite output is
+    its own bucket, and no conv of finite operands matches it)."""
+    if not np.isfinite(actual.astype(np.float64)).all():
+        return None
+
+    def passes(candidate: Case, held: oracle.ModelWeights, candidate_refs: dict) -> bool:
+        return all(c.passed for c in comparisons(candidate, held, x, candidate_refs, actual, profile))
+
+    return explain.explain(case, weights, x, refs, actual, profile, passes)
+
+
 def _repro_check(case: Case, case_dir: Path, refs: dict, weights: oracle.ModelWeights, x: np.ndarray,
                  converted: bool, input_arg: str, profile) -> None:
     """The primary check in the run tool's terms (atol + rtol |e|), for repro.sh, against the
@@ -435,6 +449,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         case, FAIL if failed else PASS, stage="verify" if failed else None,
         reason="; ".join(c.reason for c in failed) if failed else "; ".join(c.reason for c in checks),
         metrics={c.name: c.to_dict() for c in checks}, notes=notes, stages=stages,
-        perf=perf.record(case.geometry, vmfb, stages, notes.get("estimated_npu_cycles"), execution))
+        perf=perf.record(case.geometry, vmfb, stages, notes.get("estimated_npu_cycles"), execution),
+        explanation=explanation(case, weights, x, refs, actual, profile) if failed else None)
     result.write(case_dir)
     return result

@@ -36,6 +36,8 @@ class Result:
     log: str | None = None  # the failing stage's log
     target: str = "llvm-cpu"  # the target profile the case ran on
     perf: dict = field(default_factory=dict)  # MACs, .vmfb size, compile time, execution time (pipeline/targets/perf.py)
+    # a numeric verify failure's mis-lowering that its output matches (pipeline/checks/explain.py); else absent
+    explanation: str | None = None
 
     @classmethod
     def for_case(cls, case: Case, status: str, **kwargs) -> "Result":
@@ -48,7 +50,10 @@ class Result:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def write(self, case_dir: Path) -> None:
-        write_text(Path(case_dir) / RESULT_FILE, json.dumps(_finite(asdict(self)), indent=1) + "\n")
+        data = asdict(self)
+        if data["explanation"] is None:
+            del data["explanation"]
+        write_text(Path(case_dir) / RESULT_FILE, json.dumps(_finite(data), indent=1) + "\n")
 
 
 def _finite(value):
