@@ -67,6 +67,14 @@ def test_builtin_profiles():
     assert llvm.benchmark_tool == vmvx.benchmark_tool == "iree-benchmark-module" and torq.benchmark_tool is None
 
 
+def test_each_builtin_profile_names_the_tracker_of_its_tools():
+    profiles = load_profiles()
+    assert profiles["torq"].tracker == "https://github.com/synaptics-torq/torq-compiler/issues"
+    assert profiles["llvm-cpu"].tracker == profiles["vmvx"].tracker == "https://github.com/iree-org/iree/issues"
+    # where bugs are filed changes no result: the profile's dict that task keys are made of leaves it out
+    assert all("tracker" not in p.to_dict() for p in profiles.values())
+
+
 def test_user_file_overrides_and_adds_profiles(tmp_path):
     user = tmp_path / "targets.json"
     user.write_text(json.dumps({"targets": {
@@ -93,6 +101,7 @@ def test_user_file_overrides_and_adds_profiles(tmp_path):
     ({"base": "llvm-cpu", "fixed_addresses": "yes"}, "fixed_addresses"),
     ({"base": "llvm-cpu", "accumulation": "f16"}, "accumulation"),
     ({"base": "llvm-cpu", "accumulation": "bf16", "accumulation_tile": 0}, "accumulation_tile"),
+    ({"base": "llvm-cpu", "tracker": "github.com/iree-org/iree/issues"}, "tracker"),
 ])
 def test_bad_profile_names_file_and_field(tmp_path, profile, field):
     user = tmp_path / "targets.json"

@@ -29,6 +29,7 @@ BF16_BIAS_ADD = ("fused", "padded-space-to-depth")  # see tolerance.py
 ACCUMULATIONS = ("f32", "bf16")  # the format its conv's partial sums are rounded to (see tolerance.py)
 TOOLCHAINS = ("torq",)  # a profile's own toolchain (`doit toolchain`); a versioned stock IREE profile gets "iree"
 VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*")  # a release as PyPI spells it
+TRACKER = re.compile(r"https://\S+")  # an issue tracker's address
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Profile:
     # on a failure bucket's cases, to name a culprit pass and a workaround (never in a sweep)
     toggle_flags: tuple[str, ...] = ()
     version: str | None = None  # the toolchain's version (`torq@2.2.1`); None: the pinned one
+    tracker: str | None = None  # the issue tracker (URL) where its compiler's and run tool's bugs are filed
 
     @property
     def base(self) -> str:
@@ -97,13 +99,15 @@ class Profile:
                 value = list(value)
             elif f.name == "version" and value is None:
                 continue  # the pinned release: a bare profile's dict (and the keys made of it) as before
+            elif f.name == "tracker":
+                continue  # where bugs are filed changes no result: not in the keys made of this dict
             out[f.name] = value
         return out
 
 
 _FIELDS = {f.name for f in fields(Profile)} - {"name", "version"}
 _REQUIRED = _FIELDS - {"compile_only", "expected_output", "converts_weights", "int8_rounding", "bf16_bias_add", "accumulation", "accumulation_tile", "profiling", "toolchain", "flavor_flags", "benchmark_tool",
-                       "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags"}
+                       "doc", "timeouts", "calibration", "fixed_addresses", "toggle_flags", "tracker"}
 
 
 def _merge(raw: dict[str, dict], where: str, base: dict[str, dict] | None = None) -> dict[str, dict]:
@@ -185,6 +189,9 @@ def _profile(name: str, data: dict, where: str) -> Profile:
     calibration = data.get("calibration")
     if calibration is not None and (not isinstance(calibration, str) or not calibration):
         raise ConfigError(f"{here}.calibration", calibration, "must be the path of a calibration file, or null")
+    tracker = data.get("tracker")
+    if tracker is not None and not (isinstance(tracker, str) and TRACKER.fullmatch(tracker)):
+        raise ConfigError(f"{here}.tracker", tracker, "must be the https:// address of an issue tracker, or null")
     profiling = strings("profiling", data.get("profiling", []))
     if profiling and not any("{csv}" in flag for flag in profiling):
         raise ConfigError(f"{here}.profiling", data["profiling"], "must name the timeline file as {csv}")
@@ -200,7 +207,7 @@ def _profile(name: str, data: dict, where: str) -> Profile:
         profiling=profiling, benchmark_tool=data.get("benchmark_tool"),
         toolchain=data.get("toolchain"), timeouts=parse_rules(data.get("timeouts", {}), f"{here}.timeouts"),
         calibration=calibration, fixed_addresses=data.get("fixed_addresses", False),
-        toggle_flags=strings("toggle_flags", data.get("toggle_flags", [])))
+        toggle_flags=strings("toggle_flags", data.get("toggle_flags", [])), tracker=tracker)
 
 
 def _read(path: Path, field: str) -> dict:
