@@ -236,8 +236,11 @@ made = None
 source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.isfile(a)), None)
 if source is not None:
     text = open(args[source]).read()
-    conv = re.compile(r'(torch\\.operator "onnx\\.Conv"\\((%[\\w#]+), (%[\\w#]+)), %[\\w#]+\\)(.*?): \\((.*?), (.*?)), [^,()]+\\) ->')
-    text, count = conv.subn(lambda m: f"{{m.group(1)}}){{m.group(4)}}: ({{m.group(5)}}, {{m.group(6)}}) ->", text)
+    operands = re.compile(r'"onnx\\.Conv"\\((%[\\w#]+), (%[\\w#]+), %[\\w#]+\\)')
+    types = re.compile(r'(onnx\\.Conv.*: \\()(!torch\\.vtensor<[^>]*>), (!torch\\.vtensor<[^>]*>), !torch\\.vtensor<[^>]*>\\) ->')
+    text, count = operands.subn(r'"onnx.Conv"(\\1, \\2)', text)
+    text, typed = types.subn(r'\\1\\2, \\3) ->', text)
+    count = min(count, typed)
     assert count == 1, "no onnx.Conv with a bias"
     fd, made = tempfile.mkstemp(suffix=".mlir")
     with os.fdopen(fd, "w") as f:

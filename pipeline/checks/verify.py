@@ -39,9 +39,18 @@ CONVERSIONS = {("float32", "bfloat16")}  # model dtype -> module dtype a compile
 
 
 def save_npy(path: Path, array: np.ndarray) -> None:
+    """The array as it is: a bf16 input stays bf16 (numpy writes it as 2-byte void), which the run
+    tools read as the module's bf16 input (repro.sh passes input.npy where no check.json says
+    otherwise)."""
     with atomic_output(path) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, array)
+
+
+def save_numbers(path: Path, array: np.ndarray) -> None:
+    """An output or reference saved so that np.load gives numbers: bf16 as float32 (exact: a bf16
+    value is an f32 with its low 16 bits zero); other dtypes as they are."""
+    save_npy(path, array.astype(np.float32) if array.dtype.name == "bfloat16" else array)
 
 
 def _channel_axis(case: Case) -> int:
@@ -396,7 +405,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                "requantize": profile.int8_rounding == "single-round"}
     refs, stages["oracle"] = _oracle(case, model, x, options, store, timeout, case_dir / "oracle.log")
     weights = refs["weights"]
-    save_npy(case_dir / EXPECTED, refs["expected"])
+    save_numbers(case_dir / EXPECTED, refs["expected"])
     if converted or raw_io(profile.io, sig.inputs[0]):
         input_path = case_dir / input_file_name(sig.inputs[0], profile.io)
         write_input(input_path, x_module, sig.inputs[0], profile.io)
@@ -409,16 +418,16 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                                    timeout=seconds_allowed, log=case_dir / "run.log",
                                    timeout_note=run_limit.cut_note() if run_limit else None)
     stages["run"] = {"seconds": round(seconds, 4)}
-    save_npy(case_dir / ACTUAL, actual)
+    save_numbers(case_dir / ACTUAL, actual)
     if case.flavor == "w8if32":
         # The converter leaves small weight tensors in float; such a case is f32 coverage only.
         notes["weights_quantized"] = weights.weights_quantized
     if converted:
         notes["converted"] = f"{x.dtype.name} model run in {x_module.dtype.name}"
-        save_npy(case_dir / BF16_REFERENCE, refs["bf16"])
+        save_numbers(case_dir / BF16_REFERENCE, refs["bf16"])
     reference = verdict_reference(case, refs)
     if reference is not None:
-        save_npy(case_dir / EXACT, reference)
+        save_numbers(case_dir / EXACT, reference)
     start = time.monotonic()
     checks = comparisons(case, weights, x, refs, actual, profile)
     agreement = oracle_vs_float64(case, weights, x, refs)
