@@ -176,6 +176,12 @@ the compiler's estimated MACs per NPU cycle. Compile time and .vmfb size are rec
 """
 
 
+def _explained(entry: dict) -> str:
+    """A numeric failure's explanation (pipeline/checks/explain.py), as a line of its reason cell."""
+    explanation = entry.get("explanation")
+    return f"<br>explained: <b>{html.escape(explanation)}</b>" if explanation else ""
+
+
 def render(entries, cols, rows, groups, tools, refused=(), records=None) -> str:
     """The page; `records` are the case table's rows (explorer.records), made here if not given."""
     e = html.escape
@@ -197,7 +203,8 @@ def render(entries, cols, rows, groups, tools, refused=(), records=None) -> str:
     failing = [x for x in entries if x["status"] in RED]
     failure_rows = "".join(
         f"<tr><td>{e(x['case'])}</td><td>{e(x['status'])}</td><td>{e(str(x['stage']))}</td>"
-        f"<td>{e(x['reason'][:400])}</td><td><code>{e(x['repro'])}</code></td></tr>" for x in failing[:500])
+        f"<td>{e(x['reason'][:400])}{_explained(x)}</td><td><code>{e(x['repro'])}</code></td></tr>"
+        for x in failing[:500])
     figures = geometry_figures(entries)
     ratio = ratio_figure(entries)
     if ratio:

@@ -32,7 +32,7 @@ def collect(cases: list[Case], case_dir) -> list[dict]:
         entry = {"case": case.name, "target": case.target, "backend": case.backend, "flavor": case.flavor,
                  "category": case.category,
                  "geometry": case.geometry.to_dict(), "status": NOT_RUN, "stage": None, "reason": "",
-                 "metrics": {}, "notes": {}, "stages": {}, "perf": {}, "log": None,
+                 "metrics": {}, "notes": {}, "stages": {}, "perf": {}, "log": None, "explanation": None,
                  "repro": str(case_dir(case) / "repro.sh"),
                  "issue": case.expected.issue if case.expected else ""}  # the upstream issue its listing names
         entry.update({k: v for k, v in result.items() if k in entry and k not in ("case", "target", "repro")})
