@@ -246,8 +246,8 @@ def explanation(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
     if not np.isfinite(actual.astype(np.float64)).all():
         return None
 
-    def passes(candidate: Case, held: oracle.ModelWeights, candidate_refs: dict) -> bool:
-        return all(c.passed for c in comparisons(candidate, held, x, candidate_refs, actual, profile))
+    def passes(candidate: Case, held: oracle.ModelWeights, candidate_refs: dict, output: np.ndarray) -> bool:
+        return all(c.passed for c in comparisons(candidate, held, x, candidate_refs, output, profile))
 
     return explain.explain(case, weights, x, refs, actual, profile, passes)
 
