@@ -238,7 +238,8 @@ source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.
 if source is not None:
     text = open(args[source]).read()
     operands = re.compile(r'"onnx\\.Conv"\\((%[\\w#]+), (%[\\w#]+), %[\\w#]+\\)')
-    types = re.compile(r'(onnx\\.Conv.*: \\()(!torch\\.vtensor<[^>]*>), (!torch\\.vtensor<[^>]*>), !torch\\.vtensor<[^>]*>\\) ->')
+    vtensor = r'!torch\\.vtensor<[^>]*>'
+    types = re.compile(r'(onnx\\.Conv.*: \\()(' + vtensor + '), (' + vtensor + '), ' + vtensor + r'\\) ->')
     text, count = operands.subn(r'"onnx.Conv"(\\1, \\2)', text)
     text, typed = types.subn(r'\\1\\2, \\3) ->', text)
     count = min(count, typed)

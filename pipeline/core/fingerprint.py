@@ -36,7 +36,8 @@ STAGE_INPUTS = {
     # verify gives the verdict: every module it reaches that can change one (checks, tolerances,
     # the judging against the expected failures, the stage wrapper, the case and geometry
     # definitions, repro.sh's commands); tests/test_fingerprint.py holds it to that
-    "verify": (("checks.verify", "checks.oracle", "checks.tolerance", "checks.compare", "checks.reference",
+    "verify": (("checks.verify", "checks.explain", "checks.oracle", "checks.tolerance", "checks.compare",
+                "checks.reference",
                 "targets.runner", "targets.signature", "space.data", "outcome.result", "run.repro", "core.tools",
                 "run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases",
                 "targets.compiler", "core.isolate", "core.errors", "targets.perf", "targets.profiles",
