@@ -5,14 +5,20 @@ flag is given) shrinks on "anomalously slow", shows the minimal case's passes an
 table, and names the flag as a workaround. And the pieces: slugs, titles, bucket selection,
 ranges, the pass-timing parser, the flag table and the findings."""
 import json
+import os
 import re
 import subprocess
 
 import pytest
 
 from helpers import clean_env, doit, real_compiler, write_spec
+from pipeline.config import Config
 from pipeline.core.errors import ConfigError
-from pipeline.triage.bugreport import _geometry_range, select, slug, title
+from pipeline.core.executables import tool_path
+from pipeline.space.cases import Case
+from pipeline.space.geometry import Geometry
+from pipeline.triage.bugreport import (_diagnostic_section, _geometry_range, diagnostic, environment, failing_output,
+                                       release, select, slug, title, tracker)
 from pipeline.triage.culprit import Trial, findings, flag_table
 from pipeline.triage.timing import TIMING_FLAGS, parse_timing, pass_table
 from pipeline.triage.slow import TYPICAL
@@ -44,20 +50,40 @@ def test_bugreport_on_torq_one_report_per_bucket_each_reproducing(tmp_path):
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(slug(b) for b in buckets)
     index = (root / "index.md").read_text()
     toolchain = json.loads(document["tools"]["toolchain"])
+    tools = Config.from_env(env).target("torq").toolchain["tools"]
+    bin_folder = os.path.dirname(tools["torq-compile"])
     for bucket, count in buckets.items():
         assert f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {count} | {title(bucket, 'torq')} |" in index
         folder = root / slug(bucket)
         report = (folder / "report.md").read_text()
         assert report.startswith(f"# {title(bucket, 'torq')}\n") and f"Bucket: `{bucket}`" in report
         assert f"## The sweep's cases in this bucket: {count}" in report
-        for wheel in ("torq-compiler", "torq-runtime"):  # versions and wheel digests
-            assert toolchain["wheels"][wheel]["sha256"] in report
-        assert "torq-compile" in report and "--torq-hw=SL2610" in report  # the exact command
-        # outside the project: a bare PATH, no virtual environment, nothing but the toolchain
-        repro = subprocess.run(["/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOME=" + str(tmp_path),
-                                "/bin/bash", str(folder / "repro.sh")], capture_output=True, text=True, timeout=900)
-        assert repro.returncode != 0, (bucket, repro.stderr[-2000:])
+        stage = re.search(r"^- stage: (\w+)$", report, re.M).group(1)
+        ran = {"import": (), "run": ("torq-compiler", "torq-runtime"), "verify": ("torq-compiler", "torq-runtime")}
+        for wheel in ("torq-compiler", "torq-runtime"):  # the versions and wheel digests of what the stage ran
+            assert (toolchain["wheels"][wheel]["sha256"] in report) == (wheel in ran.get(stage, ("torq-compiler",)))
+        environment = report.split("## Environment")[1].split("\n## ")[0]
+        if stage == "import":  # the importer's bug: the Torq tools never ran
+            assert "- file it at: https://github.com/tensorflow/tensorflow/issues\n" in report \
+                or "- file it at: https://github.com/iree-org/iree/issues\n" in report
+            tool = "iree-import-onnx" if "\n- model: onnx " in report else "tosa-converter-for-tflite"
+            tools_folder = os.path.dirname(tool_path(tool))
+        else:
+            assert re.search(r"^`torq-(compile|run-module)` \(torq-(compiler|runtime) 2\.3\.0\) ", report, re.M)
+            assert "- file it at: https://github.com/synaptics-torq/torq-compiler/issues\n" in report
+            assert "--torq-hw=SL2610" in environment and not re.search(r"tensorflow|keras|torch |onnx", environment)
+            tool, tools_folder = "torq-compile", bin_folder
+        # the user's toolchain folder is named nowhere: the tools come from PATH
+        assert os.path.dirname(bin_folder) not in report + (folder / "repro.sh").read_text()
+        # outside the project: a bare PATH, no virtual environment, nothing but the tools' folder
+        bare = ["/usr/bin/env", "-i", "HOME=" + str(tmp_path), "/bin/bash", str(folder / "repro.sh")]
+        repro = subprocess.run(bare[:2] + [f"PATH={tools_folder}:/usr/bin:/bin"] + bare[2:], capture_output=True,
+                               text=True, timeout=900)
+        assert repro.returncode not in (0, 127), (bucket, repro.stderr[-2000:])
         assert _message(bucket).search(repro.stdout + repro.stderr), (bucket, repro.stderr[-2000:])
+        without = subprocess.run(bare[:2] + ["PATH=/usr/bin:/bin"] + bare[2:], capture_output=True, text=True,
+                                 timeout=60)
+        assert without.returncode == 127 and f"{tool} not found" in without.stderr  # those tools are what it needs
 
     again = doit("bugreport", "--budget", "15", env=env, timeout=1800)
     assert again.returncode == 0
@@ -163,7 +189,10 @@ def test_bugreport_on_a_timeout_times_the_minimal_case_and_names_the_flag_that_w
     assert re.search(r"^\| `--iree-opt-const-eval=false` \| 0\.\d\d \| < 0\.\d\d \|", original, re.M)
     assert "the same failure" in original  # the other flag: cut like the sweep's compile
     # repro.sh fails while the compile is anomalously slow: it gives it 4 x 0.75 s
-    repro = subprocess.run(["bash", str(folder / "repro.sh")], capture_output=True, text=True, timeout=60)
+    # the sweep's compiler was the user's own: repro.sh takes it from the variable its header names
+    assert "# Needs iree-compile (not from a package: slowcc.sh, " in (folder / "repro.sh").read_text()
+    repro = subprocess.run(["bash", str(folder / "repro.sh")], capture_output=True, text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "IREE_COMPILE": str(wrapper)})
     assert repro.returncode == 124 and "compile timed out after 3 s" in repro.stderr
 
 
@@ -333,6 +362,180 @@ def test_a_bucket_failing_at_import_is_reported_with_its_model_file(tmp_path):
     report = (folder / "report.md").read_text()
     assert "`model.tflite`, which the importer fails on" in report and "stage: import" in report
     assert (folder / "model.tflite").is_file() and not (folder / "model.mlir").exists()
-    repro = subprocess.run(["bash", "repro.sh"], cwd=folder, env={"PATH": "/usr/bin:/bin"}, capture_output=True,
-                           text=True, timeout=300)
-    assert repro.returncode != 0 and "Could not legalize the TFLite model to TOSA" in repro.stdout + repro.stderr
+    assert "- file it at: https://github.com/tensorflow/tensorflow/issues\n" in report
+    environment = report.split("## Environment")[1].split("\n## ")[0]
+    assert "| packages | tosa-converter-for-tflite 2026.2.0, iree-base-compiler " in environment
+    assert not re.search(r"keras|tensorflow|iree-compile|iree-run-module", environment)
+    # the importer from PATH: the folder its package installed it in, nothing else of the project
+    converter = os.path.dirname(tool_path("tosa-converter-for-tflite"))
+    repro = subprocess.run(["bash", "repro.sh"], cwd=folder, env={"PATH": f"{converter}:/usr/bin:/bin"},
+                           capture_output=True, text=True, timeout=300)
+    assert repro.returncode not in (0, 127) and "Could not legalize the TFLite model to TOSA" in repro.stdout + repro.stderr
+
+
+# torq-compile 2.3.0 on a depthwise Conv1D with 4 channels (conv_onnx_bf16_w1_h1_f4_k1_c4_r1_pvalid_dw1), as the
+# sweep's compile.log holds it: the head is verbatim (the toolchain folder renamed, two long lines cut), the
+# rest of its 62 stack frames follow in the same form.
+TORQ_ROOT = "/home/someone/.cache/conv-sweep/toolchain/torq-2.3.0-2ba559ef001a"
+LIB = f"({TORQ_ROOT}/wheels/iree/compiler/_mlir_libs/libIREECompiler.so+0x{{:x}})"
+TORQ_ABORT = f"""$ setarch x86_64 -R {TORQ_ROOT}/bin/torq-compile ../model.mlir -o .model.vmfb.w3uvwac5.vmfb --torq-hw=SL2610
+# killed by signal SIGABRT after 1.65 s
+--- stderr ---
+Error: mismatching iterations in DEDR and CEDW
+Mismatching iteration counts:
+  DEDR: 1
+  CEDW: 0
+torq-compile: /workspace/code/compiler/torq/Utils/Kernel.cpp:3143: const torq_hw::Ndls &mlir::syna::torq::Slice::getNdls() const: Assertion `ok && "NDL consistency check failed"' failed.
+Please report issues to https://github.com/iree-org/iree/issues and include the crash backtrace.
+Stack dump:
+0.	Program arguments: {TORQ_ROOT}/wheels/torq/_compiler_libs/torq-compile --iree-flow-enable-pad-handling
+ #0 0x00007fffee239948 llvm::sys::PrintStackTrace(llvm::raw_ostream&, int) {LIB.format(0x7439948)}
+ #1 0x00007fffee2375d0 llvm::sys::RunSignalHandlers() {LIB.format(0x74375d0)}
+ #2 0x00007fffee23a6d1 {LIB.format(0x743a6d1)}
+ #3 0x00007fffe684bd70 ({TORQ_ROOT}/sysroot/usr/lib/x86_64-linux-gnu/libc.so.6+0x3fd70)
+""" + "".join(f"{'#' + str(i):>3} 0x00007ffff0312{i:03x} {LIB.format(0x9512000 + i)}\n" for i in range(4, 62)) + "\n"
+TORQ_REASON = "torq-compile killed by signal SIGABRT: Error: mismatching iterations in DEDR and CEDW"
+# iree-compile 3.13.0 refusing an ONNX conv with one output column (FoldUnitExtentDims), verbatim but the venv's path
+IREE_REFUSAL = """$ /venv/lib/python3.11/site-packages/iree/compiler/_mlir_libs/iree-compile ../model.mlir -o .model.vmfb.nf46eugp.vmfb
+# exit status 1 after 0.48 s
+--- stderr ---
+../model.mlir:6:10: error: 'linalg.generic' op inferred input/output operand #1 has shape's dimension #0 to be 17, but found 9
+    %2 = torch.operator "onnx.Conv"(%arg0, %0, %1) {torch.onnx.dilations = [1 : si64, 1 : si64]} : (!torch.vtensor<[1,1,1,17],f32>) -> !torch.vtensor<[1,1,1,1],f32>
+         ^
+../model.mlir:6:10: note: see current operation: 
+%7 = "linalg.generic"(%4, %0, %6) <{indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>], iterator_types = [#linalg.iterator_type<reduction>], operandSegmentSizes = array<i32: 2, 1>}> ({
+^bb0(%arg3: f32, %arg4: f32, %arg5: f32):
+  %12 = "arith.mulf"(%arg3, %arg4) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
+  %13 = "arith.addf"(%arg5, %12) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
+  "linalg.yield"(%13) : (f32) -> ()
+}) : (tensor<17xf32>, tensor<9xf32>, tensor<f32>) -> tensor<f32>
+
+"""
+IREE_REASON = ("iree-compile exit status 1: ../model.mlir:6:10: error: 'linalg.generic' op inferred input/output "
+               "operand #1 has shape's dimension #0 to be 17, but found 9")
+
+
+def test_failing_output_is_what_the_last_failing_invocation_printed():
+    passed = "$ iree-compile a.mlir -o a.vmfb\n# exit status 0 after 0.40 s\n--- stdout ---\nall fine\n\n"
+    assert failing_output(passed + TORQ_ABORT).startswith("Error: mismatching iterations in DEDR and CEDW\n")
+    assert failing_output(TORQ_ABORT + passed).endswith("libIREECompiler.so+0x951203d)")  # the failing one, not the last
+    assert failing_output(passed) == "all fine"
+    both = "$ tool\n# exit status 2 after 0.1 s\n--- stdout ---\nout\n--- stderr ---\nerr line\n\n"
+    assert failing_output(both) == "err line"
+    # an importer run in-process logs its command and no output: nothing more than the reason to quote
+    assert failing_output("$ tosa-converter-for-tflite model.tflite --bytecode -o m.mlirbc   # run in-process\n") == ""
+
+
+def test_diagnostic_quotes_the_assertion_the_counts_and_the_stack_first_40_lines():
+    lines = diagnostic(failing_output(TORQ_ABORT), TORQ_REASON)
+    assert len(lines) == 40 and len(failing_output(TORQ_ABORT).splitlines()) == 70
+    assert lines[:4] == ["Error: mismatching iterations in DEDR and CEDW", "Mismatching iteration counts:", "  DEDR: 1",
+                         "  CEDW: 0"]
+    assert "Kernel.cpp:3143" in lines[4] and 'Assertion `ok && "NDL consistency check failed"\' failed.' in lines[4]
+    assert lines[6] == "Stack dump:" and lines[-1].startswith("#31 0x")
+    # the line the reason quotes, late in the output (after warnings), starts the quote
+    noisy = "\n".join([f"warning: {i}" for i in range(50)] + failing_output(IREE_REFUSAL).splitlines())
+    late = diagnostic(noisy, IREE_REASON)
+    assert late[0] == IREE_REASON.split(": ", 1)[1] and len(late) == 10
+    assert diagnostic(noisy, "")[0] == "warning: 0"
+    assert diagnostic("x" * 1000)[0] == "x" * 400
+
+
+def test_the_diagnostic_section_names_the_tracker_the_tool_text_gets_wrong_and_hides_the_toolchain_folder(tmp_path):
+    log = tmp_path / "compile.log"
+    log.write_text(TORQ_ABORT)
+    manifest = {"tools": {"torq-compile": f"{TORQ_ROOT}/bin/torq-compile",
+                          "torq-run-module": f"{TORQ_ROOT}/bin/torq-run-module"}}
+    torq = "https://github.com/synaptics-torq/torq-compiler/issues"
+    text = "\n".join(_diagnostic_section({"log": str(log), "reason": TORQ_REASON}, manifest, torq))
+    assert text.startswith("What the tool printed (the first 40 of its 70 lines):\n\n```\nError: mismatching")
+    assert "  DEDR: 1\n  CEDW: 0\n" in text and TORQ_ROOT not in text
+    assert "0.\tProgram arguments: <toolchain>/wheels/torq/_compiler_libs/torq-compile" in text
+    assert text.endswith("The tool's own text points to https://github.com/iree-org/iree/issues: the default of the "
+                         f"framework it is built on; this tool's bugs go to {torq}.\n")
+    log.write_text(IREE_REFUSAL)
+    iree = _diagnostic_section({"log": str(log), "reason": IREE_REASON}, None, "https://github.com/iree-org/iree/issues")
+    assert iree[0] == "What the tool printed (all 10 lines):" and iree[-2:] == ["```", ""]  # no note: its own tracker
+    # a one-line output says no more than the reason; no log, nothing
+    log.write_text("$ tool\n# exit status 1 after 0.1 s\n--- stderr ---\nerror: one line\n\n")
+    assert _diagnostic_section({"log": str(log), "reason": "tool exit status 1: error: one line"}, None, None) == []
+    assert _diagnostic_section({"reason": "x"}, None, None) == []
+
+
+def _case(target: str, backend: str, flavor: str) -> Case:
+    return Case(Geometry(1, (8,), (3,), (1,), 4, 4, groups=4), backend, flavor, target=target)
+
+
+@pytest.fixture(scope="module")
+def targets():
+    return Config.from_env(clean_env(CONV_SWEEP_TARGET="llvm-cpu,vmvx,torq"))
+
+
+def test_the_tracker_is_the_profiles_and_an_import_failures_the_importers(targets):
+    cfg = targets
+    torq, llvm, vmvx = cfg.target("torq"), cfg.target("llvm-cpu"), cfg.target("vmvx")
+    for stage in ("compile", "run", "verify"):
+        assert tracker(torq, _case("torq", "onnx", "bf16"), stage) == "https://github.com/synaptics-torq/torq-compiler/issues"
+        assert tracker(llvm, _case("llvm-cpu", "tflite", "f32"), stage) == "https://github.com/iree-org/iree/issues"
+        assert tracker(vmvx, _case("vmvx", "onnx", "f32"), stage) == "https://github.com/iree-org/iree/issues"
+    # at import, the target's tools never ran: the TFLite converter's bugs go to TensorFlow, the ONNX importer's to IREE
+    assert tracker(torq, _case("torq", "tflite", "w8i8"), "import") == "https://github.com/tensorflow/tensorflow/issues"
+    assert tracker(torq, _case("torq", "onnx", "f32"), "import") == "https://github.com/iree-org/iree/issues"
+
+
+def _rows(cfg, target, case, stage) -> dict:
+    return dict(environment(cfg, cfg.target(target), case, stage))
+
+
+def test_the_environment_lists_only_what_the_failing_stage_ran(targets):
+    from importlib.metadata import version
+
+    cfg = targets
+    wheels = cfg.target("torq").toolchain["wheels"]
+    compiled = _rows(cfg, "torq", _case("torq", "tflite", "f32"), "compile")
+    assert list(compiled) == ["target", "compiler", "compiler flags", "compiler started by", "C runtime of the tools"]
+    assert compiled["compiler"] == (f"`torq-compile` from torq-compiler {wheels['torq-compiler']['version']} "
+                                    f"(wheel sha256 {wheels['torq-compiler']['sha256']})")
+    assert compiled["compiler flags"].endswith("--mlir-disable-threading --torq-convert-dtypes --torq-convert-io-dtype")
+    assert "libc6 " in compiled["C runtime of the tools"]
+    text = json.dumps(compiled)
+    assert not any(word in text for word in ("tensorflow", "keras", "torch ", "onnxruntime", "torq-runtime", "IREE compiler version"))
+    ran = _rows(cfg, "torq", _case("torq", "onnx", "bf16"), "run")
+    assert ran["runner"].startswith(f"`torq-run-module` from torq-runtime {wheels['torq-runtime']['version']} (wheel sha256 ")
+    assert ran["runner flags"] == "--torq_hw_type=sim" and "expected output from" not in ran
+    checked = _rows(cfg, "llvm-cpu", _case("llvm-cpu", "onnx", "f32"), "verify")
+    assert checked["compiler"] == f"`iree-compile` from iree-base-compiler {version('iree-base-compiler')}"
+    assert checked["runner"] == f"`iree-run-module` from iree-base-runtime {version('iree-base-runtime')}"
+    assert checked["expected output from"] == f"onnxruntime {version('onnxruntime')}, numpy {version('numpy')}"
+    assert "C runtime of the tools" not in checked and "compiler started by" not in checked
+    imported = _rows(cfg, "torq", _case("torq", "tflite", "w8i8"), "import")
+    assert imported == {"importer": "`tosa-converter-for-tflite`, `iree-opt`",
+                        "packages": f"tosa-converter-for-tflite {version('tosa-converter-for-tflite')}, "
+                                    f"iree-base-compiler {version('iree-base-compiler')}",
+                        "python": __import__("platform").python_version()}
+    assert _rows(cfg, "llvm-cpu", _case("llvm-cpu", "onnx", "bf16"), "import")["packages"] == \
+        f"iree-base-compiler {version('iree-base-compiler')}, onnx {version('onnx')}"
+
+
+def test_a_compiler_no_package_installed_is_named_by_what_it_says_it_is(tmp_path):
+    wrapper = tmp_path / "mycc.sh"
+    wrapper.write_text(f"#!/bin/sh\nexec {real_compiler()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    cfg = Config.from_env(clean_env(CONV_SWEEP_IREE_COMPILE=wrapper, CONV_SWEEP_TOOL_FILES=real_compiler()))
+    said = release(cfg.target("llvm-cpu"), "compiler")
+    assert said.startswith("not from a package: mycc.sh, IREE") and "iree-base-compiler" not in said
+    assert release(cfg.target("llvm-cpu"), "runner").startswith("iree-base-runtime ")
+
+
+def test_an_import_failures_repro_takes_the_importer_from_path_or_its_variable(tmp_path, targets):
+    from pipeline.run.repro import write_import_standalone
+
+    case = _case("llvm-cpu", "onnx", "f32")
+    repro = write_import_standalone(case, targets, tmp_path, {"iree-import-onnx": "iree-base-compiler 3.13.0"})
+    text = repro.read_text()
+    assert "# Needs iree-import-onnx (iree-base-compiler 3.13.0) on PATH" in text
+    assert "IREE_IMPORT_ONNX=${IREE_IMPORT_ONNX:-iree-import-onnx}\n" in text
+    assert '"$IREE_IMPORT_ONNX" model.onnx -o repro.mlir' in text and "/.venv/" not in text
+    missing = subprocess.run(["/bin/bash", str(repro)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert missing.returncode == 127 and "iree-import-onnx not found: put its folder on PATH, or set " \
+        "IREE_IMPORT_ONNX=/path/to/iree-import-onnx" in missing.stderr

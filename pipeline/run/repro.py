@@ -2,7 +2,10 @@
 importer of the model's format): re-import, re-compile with the exact flags the sweep used,
 run on the saved input and check against the saved expected output with the run tool's own
 --expected_output. Toolchain tools that need a private C runtime are started through its
-loader, spelled out in the script."""
+loader, spelled out in the script. A bug report's repro.sh (write_standalone,
+write_import_standalone) ships the compiler's input (or, for an import failure, the model) and
+takes each tool from PATH or its variable (TORQ_COMPILE=/path/to/torq-compile): it names no
+folder of this machine."""
 from __future__ import annotations
 
 import json
@@ -62,7 +65,8 @@ print(f"[SUCCESS] all {len(want)} output elements within tolerance ({check['mode
 PY"""
 
 
-def _variable(tool: str) -> str:
+def tool_variable(tool: str) -> str:
+    """The variable a repro.sh takes a tool from: TORQ_COMPILE for torq-compile."""
     return Path(tool).name.upper().replace("-", "_").replace(".", "_")
 
 
@@ -76,9 +80,10 @@ def _command(target, path: str) -> list[str]:
 
 
 def _compile_line(target, case: Case, compiler: str, mlir_name: str) -> str:
-    """The sweep's compile, its launch prefix (setarch -R) first where the profile has one."""
+    """The sweep's compile, its launch prefix (setarch -R) first where the profile has one;
+    `compiler` is how the script names the compiler (an array's items, or a variable)."""
     launch = shlex.join(target.compile_launch) + " " if target.compile_launch else ""
-    return f'{launch}"${{{compiler}[@]}}" {mlir_name} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
+    return f'{launch}{compiler} {mlir_name} -o repro.vmfb ' + shlex.join(target.compile_flags(case.variant))
 
 
 def _launch_note(target) -> list[str]:
@@ -93,17 +98,38 @@ def _tool_lines(tools: dict[str, list[str]]) -> list[str]:
             for name, argv in tools.items()]
 
 
+def _path_tool_lines(tools: dict[str, str]) -> list[str]:
+    """Each tool from its variable, else by its name on PATH; a missing one is named (exit 127)."""
+    lines = []
+    for variable, name in tools.items():
+        lines += [f"{variable}=${{{variable}:-{name}}}",
+                  f'command -v "${variable}" >/dev/null || {{ echo "{name} not found: put its folder on PATH, '
+                  f'or set {variable}=/path/to/{name}" >&2; exit 127; }}']
+    return lines
+
+
+def _needs(tools: dict[str, str], releases: dict[str, str] | None) -> str:
+    """The header line naming the tools a bug report's repro.sh needs, with their releases."""
+    releases = releases or {}
+    named = [f"{name} ({releases[name]})" if releases.get(name) else name for name in tools.values()]
+    return (f"# Needs {', '.join(named)} on PATH, or each in its variable "
+            f"(e.g. {next(iter(tools))}=/path/to/{next(iter(tools.values()))} bash repro.sh).")
+
+
 def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, check: dict | None,
-                     limits: dict[str, float], input_file: str | None) -> Path:
+                     limits: dict[str, float], input_file: str | None, releases: dict[str, str] | None = None) -> Path:
     """repro.sh for a bug report: compile `mlir_name` (the compiler's own input, in `folder`)
     with the sweep's exact flags, run it on the saved input and check against the saved
     expected output with the sweep's tolerance; each tool under `timeout` with the limit the
-    sweep gave it (`limits`: stage -> seconds), so a hang ends the script too. Needs nothing
-    but the target's tools (and python3 for the check); exits non-zero while the failure is
-    there."""
+    sweep gave it (`limits`: stage -> seconds), so a hang ends the script too. Takes the
+    target's tools from PATH or their variables (TORQ_COMPILE, ...), named in its header with
+    their `releases` (tool name -> release); needs nothing else (python3 for the check); exits
+    non-zero while the failure is there."""
     target = cfg.target(case.target)
-    compiler, runner = _variable(target.compiler), _variable(target.runner)
-    tools = {compiler: _command(target, target.compiler), runner: _command(target, target.runner)}
+    compiler, runner = tool_variable(target.profile.compiler), tool_variable(target.profile.runner)
+    tools = {compiler: Path(target.profile.compiler).name}
+    if input_file is not None:
+        tools[runner] = Path(target.profile.runner).name
     limit = {stage: f"timeout -k 5 {max(1, round(seconds))} " if seconds else "" for stage, seconds in limits.items()}
 
     def timed(stage: str, line: str) -> str:  # a timeout says so, and exits 124 as timeout does
@@ -113,18 +139,18 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
                 f'echo "{stage} timed out after {max(1, round(limits[stage]))} s (the sweep\'s limit)" >&2; exit "$status"; }}')
     lines = [
         "#!/usr/bin/env bash",
-        f"# {case.name} on {target.name}: compile, run and check, with nothing but the {target.name} tools.",
-        f"# Exits non-zero while the failure is there. Override a tool with e.g. {compiler}=/path/to/"
-        f"{Path(target.compiler).name} bash repro.sh",
+        f"# {case.name} on {target.name}: " + ("compile, run and check" if input_file is not None else "compile")
+        + ". Exits non-zero while the failure is there.",
+        _needs(tools, releases),
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        *_tool_lines(tools),
+        *_path_tool_lines(tools),
         "set -x",
         *_launch_note(target),
-        timed("compile", _compile_line(target, case, compiler, mlir_name)),
+        timed("compile", _compile_line(target, case, _plain(compiler), mlir_name)),
     ]
     if input_file is not None:
-        run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb",
+        run = [_plain(runner), "--module=repro.vmfb",
                *map(shlex.quote, target.profile.run_flags), f"--function={target.profile.function(case.backend)}",
                shlex.quote(input_file)]
         if check:
@@ -138,30 +164,43 @@ def write_standalone(case: Case, cfg: Config, folder: Path, mlir_name: str, chec
     return path
 
 
-def _importing(case: Case, cfg: Config, model: str) -> tuple[dict[str, list[str]], list[str], str]:
-    """The importer's tools and command lines for the model file `model`, and the MLIR file the
-    compiler then reads."""
-    tools: dict[str, list[str]] = {}
+IMPORT_TOOLS = {"TOSA_CONVERTER": "tosa-converter-for-tflite", "IREE_OPT": "iree-opt",
+                "IREE_IMPORT_ONNX": "iree-import-onnx"}  # variable -> an importer's tool
+
+
+def _importing(case: Case, cfg: Config, model: str, call) -> tuple[dict[str, str], list[str], str]:
+    """The importer's tools (variable -> name) and command lines for the model file `model`,
+    each tool started as `call(variable)` spells it; and the MLIR file the compiler then reads."""
     if case.backend == "tflite":
-        tools["TOSA_CONVERTER"] = [tool_path("tosa-converter-for-tflite") or "tosa-converter-for-tflite"]
-        importing = [f'"${{TOSA_CONVERTER[@]}}" {model} --bytecode -o repro.mlirbc']
+        importing = [f'{call("TOSA_CONVERTER")} {model} --bytecode -o repro.mlirbc']
         if cfg.mlir_input(case) == MLIR_BYTECODE:
-            return tools, importing, "repro.mlirbc"
-        tools["IREE_OPT"] = [tool_path("iree-opt") or "iree-opt"]
-        importing.append('"${IREE_OPT[@]}" repro.mlirbc -o repro.mlir')
-        return tools, importing, "repro.mlir"
-    tools["IREE_IMPORT_ONNX"] = [tool_path("iree-import-onnx") or "iree-import-onnx"]
-    return tools, [f'"${{IREE_IMPORT_ONNX[@]}}" {model} -o repro.mlir'], "repro.mlir"
+            return _tools("TOSA_CONVERTER"), importing, "repro.mlirbc"
+        importing.append(f'{call("IREE_OPT")} repro.mlirbc -o repro.mlir')
+        return _tools("TOSA_CONVERTER", "IREE_OPT"), importing, "repro.mlir"
+    return _tools("IREE_IMPORT_ONNX"), [f'{call("IREE_IMPORT_ONNX")} {model} -o repro.mlir'], "repro.mlir"
 
 
-def write_import_standalone(case: Case, cfg: Config, folder: Path) -> Path:
-    """repro.sh for a bug report of a failure at import: the importer on the model file beside
-    it (the case never reached the compiler); exits non-zero while the importer fails."""
-    tools, importing, _ = _importing(case, cfg, case.model_file)
+def _tools(*variables: str) -> dict[str, str]:
+    return {v: IMPORT_TOOLS[v] for v in variables}
+
+
+def _array(variable: str) -> str:
+    return f'"${{{variable}[@]}}"'
+
+
+def _plain(variable: str) -> str:
+    return f'"${variable}"'
+
+
+def write_import_standalone(case: Case, cfg: Config, folder: Path, releases: dict[str, str] | None = None) -> Path:
+    """repro.sh for a bug report of a failure at import: the importer, from PATH or its
+    variable, on the model file beside it (the case never reached the compiler); exits
+    non-zero while the importer fails."""
+    tools, importing, _ = _importing(case, cfg, case.model_file, _plain)
     lines = ["#!/usr/bin/env bash",
              f"# {case.name}: import {case.model_file} to MLIR, as the sweep does. Exits non-zero while the "
-             "importer fails.", "set -euo pipefail", 'cd "$(dirname "$0")"', *_tool_lines(tools), "set -x",
-             *importing, ""]
+             "importer fails.", _needs(tools, releases), "set -euo pipefail", 'cd "$(dirname "$0")"',
+             *_path_tool_lines(tools), "set -x", *importing, ""]
     path = Path(folder) / REPRO
     write_text(path, "\n".join(lines))
     path.chmod(0o755)
@@ -172,14 +211,15 @@ def write_repro(case: Case, cfg: Config, model_dir: Path, case_dir: Path) -> Pat
     target = cfg.target(case.target)
     case_dir = Path(case_dir)
     model = f"../{case.model_file}"
-    tools, importing, compiled = _importing(case, cfg, model)
-    compiler, runner = _variable(target.compiler), _variable(target.runner)
+    names, importing, compiled = _importing(case, cfg, model, _array)
+    tools = {variable: [tool_path(name) or name] for variable, name in names.items()}
+    compiler, runner = tool_variable(target.compiler), tool_variable(target.runner)
     tools[compiler] = _command(target, target.compiler)
     tools[runner] = _command(target, target.runner)
-    compile_line = "\n".join([*_launch_note(target), _compile_line(target, case, compiler, compiled)])
+    compile_line = "\n".join([*_launch_note(target), _compile_line(target, case, _array(compiler), compiled)])
     check = _check(case_dir)
     input_arg = (check or {}).get("input") or "--input=@../input.npy"
-    run = [f'"${{{runner}[@]}}"', "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),
+    run = [_array(runner), "--module=repro.vmfb", *map(shlex.quote, target.profile.run_flags),
            f"--function={target.profile.function(case.backend)}", shlex.quote(input_arg)]
     if check and target.profile.expected_output and not check.get("nonfinite", True):
         run_line = " ".join(run + [shlex.quote(f) for f in _check_flags(check)])

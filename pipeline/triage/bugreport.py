@@ -2,13 +2,18 @@
 
 For each selected bucket of a target (default: every failure bucket of the run, harness
 errors aside: those are this tool's), <build>/bugreports/<target>/<slug>/ holds:
-- report.md: a title from the bucket; the compiler's and runtime's versions and wheel
-  digests; the exact commands; for a numeric failure, expected against actual at the worst
-  elements with the tolerance; the minimal case's MLIR inline when short (else beside it);
-  how many of the sweep's cases fall in the bucket and the range of geometry they span;
+- report.md: a title from the bucket (its first line); the failing tool by its name and the
+  release of the wheel that ships it; where to file it (the profile's `tracker`, or the
+  importer's); the tool's own output (its first DIAGNOSTIC_LINES lines: an assertion with
+  its file:line, what follows, the stack); the exact commands; for a numeric failure,
+  expected against actual at the worst elements with the tolerance; the minimal case's MLIR
+  inline when short (else beside it); the environment of the failing stage alone (its tools,
+  their releases and flags); how many of the sweep's cases fall in the bucket and the range
+  of geometry they span;
 - the minimal case's files (the compiler's MLIR input, the module's input, the expected
-  output and its check) and repro.sh, which needs nothing but the target's tools (and python3
-  for a numeric check), and exits non-zero while the failure is there;
+  output and its check; for an import failure, the model file) and repro.sh, which takes the
+  target's tools from PATH or their variables (TORQ_COMPILE, ...) and needs nothing else
+  (python3 for a numeric check), and exits non-zero while the failure is there;
 and <build>/bugreports/<target>/index.md lists every bucket with its count and title.
 
 The minimal case comes from `doit shrink`'s search (pipeline/triage/shrink.py), started from
@@ -23,9 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import re
+import shlex
 import shutil
 import time
+from importlib import metadata
 from pathlib import Path
 
 from pipeline.config import Config
@@ -39,6 +48,17 @@ from pipeline.space.geometry import Geometry, macs
 
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
 SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the toggle flags have the rest
+DIAGNOSTIC_LINES = 40  # lines of the failing tool's own output a report quotes
+LINE_WIDTH = 400  # characters kept of each quoted line (a stack frame's symbol can run longer)
+# A model format's importer: its tools, the packages that ship them (and what they read the
+# model with), and where its bugs are filed. tosa-converter-for-tflite (Arm's package) runs
+# TensorFlow's TFLite-to-TOSA legalization (its library holds org_tensorflow's legalize_tfl.cc):
+# its bugs go to TensorFlow. iree-import-onnx is IREE's; it reads the model with onnx.
+IMPORTERS = {"tflite": (("tosa-converter-for-tflite", "iree-opt"), ("tosa-converter-for-tflite", "iree-base-compiler"),
+                        "https://github.com/tensorflow/tensorflow/issues"),
+             "onnx": (("iree-import-onnx",), ("iree-base-compiler", "onnx"), "https://github.com/iree-org/iree/issues")}
+TOOL_PACKAGES = {"tosa-converter-for-tflite": "tosa-converter-for-tflite", "iree-opt": "iree-base-compiler",
+                 "iree-import-onnx": "iree-base-compiler"}  # an importer's tool -> the package that ships it
 
 
 def slug(bucket: str) -> str:
@@ -202,6 +222,132 @@ def _slow(shrunk: dict | None, entries: list[dict]) -> tuple[dict, float] | None
     return {"stage": stage, "reason": reason}, threshold
 
 
+def failing_output(log_text: str) -> str:
+    """What the last failing invocation in a tool log (pipeline/core/tools.py's format) printed:
+    its stderr, else its stdout; "" where it printed nothing (or ran in-process)."""
+    blocks = re.split(r"(?m)^\$ ", log_text)[1:]
+    failing = [b for b in blocks if not re.search(r"(?m)^# exit status 0 after ", b)]
+    block = (failing or blocks or [""])[-1]
+    found = dict(re.findall(r"(?ms)^--- (stdout|stderr) ---\n(.*?)(?=^--- (?:stdout|stderr) ---$|\Z)", block))
+    return (found.get("stderr") or found.get("stdout") or "").rstrip()
+
+
+def diagnostic(output: str, reason: str = "", count: int = DIAGNOSTIC_LINES) -> list[str]:
+    """The tool's first `count` lines (an assertion with its file:line, the lines after it, the
+    stack), from its start, or from the line the reason quotes where that comes late."""
+    lines = output.splitlines()
+    quoted = reason.split(": ", 1)[-1].strip()
+    at = next((i for i, line in enumerate(lines) if quoted and line.strip()[:300] == quoted), 0)
+    start = at if at >= count // 2 else 0
+    return [line[:LINE_WIDTH] for line in lines[start:start + count]]
+
+
+def _anonymous(lines: list[str], manifest: dict | None) -> list[str]:
+    """Quoted output with the user's toolchain folder shown as <toolchain>."""
+    tools = list(((manifest or {}).get("tools") or {}).values())
+    if not tools:
+        return lines
+    root = str(Path(os.path.commonpath(tools)).parent)
+    return [line.replace(root, "<toolchain>") for line in lines]
+
+
+def _diagnostic_section(result: dict, manifest: dict | None, where: str | None) -> list[str]:
+    """report.md's quote of the failing tool's own output, when its log holds more than the
+    reason's one line; a tracker the output names, other than the profile's, is pointed out."""
+    try:
+        output = failing_output(Path(result["log"]).read_text(errors="replace"))
+    except (KeyError, TypeError, OSError):
+        return []
+    lines = _anonymous(diagnostic(output, result.get("reason") or ""), manifest)
+    if len(lines) < 2:
+        return []
+    total = len(output.splitlines())
+    said = f"the first {len(lines)} of its {total} lines" if total > len(lines) else f"all {total} lines"
+    other = sorted({u for u in re.findall(r"https://\S*issues\b", output) if u != where})
+    note = [f"The tool's own text points to {', '.join(other)}: the default of the framework it is built on; "
+            f"this tool's bugs go to {where}.", ""] if other and where else []
+    return [f"What the tool printed ({said}):", "", "```", *lines, "```", "", *note]
+
+
+def _shipped_by(path: str, dist: str) -> bool:
+    """Whether the installed distribution `dist` installed the file `path` (resolved)."""
+    real = os.path.realpath(path)
+    try:
+        files = metadata.files(dist) or ()
+    except metadata.PackageNotFoundError:
+        return False
+    return any(f.name == Path(real).name and os.path.realpath(f.locate()) == real for f in files)
+
+
+def _wheel(target, role: str) -> tuple[str, dict | None]:
+    """The distribution that ships the target's compiler or runner, and its wheel's entry in the
+    toolchain manifest (version and digest) where the target has one."""
+    from pipeline.targets.profiles import toolchain_kind
+    from pipeline.targets.toolchain import KINDS
+
+    dist = KINDS[toolchain_kind(target.profile)].dists[0 if role == "compiler" else 1]
+    return dist, ((target.toolchain or {}).get("wheels") or {}).get(dist)
+
+
+def release(target, role: str) -> str:
+    """The release of the target's compiler or runner (`role`), from the installed wheels:
+    the toolchain's, else the Python environment's package; a tool no package installed
+    (a user's own build or wrapper) is named by what it says it is."""
+    from pipeline.core.fingerprint import describe_identity, executable_identity
+
+    dist, wheel = _wheel(target, role)
+    if wheel:
+        return f"{dist} {wheel['version']}"
+    path = getattr(target, role)
+    if _shipped_by(path, dist):
+        return f"{dist} {metadata.version(dist)}"
+    return f"not from a package: {Path(path).name}, {describe_identity(executable_identity(path, **target.launchers))}"
+
+
+def _packages(dists) -> str:
+    from pipeline.core.fingerprint import dist_version
+
+    return ", ".join(f"{d} {dist_version(d)}" for d in dists)
+
+
+def _references(case: Case) -> tuple[str, ...]:
+    """The packages the expected output of a numeric check comes from (pipeline/checks/oracle.py)."""
+    oracle = ("onnxruntime",) if case.variant == "onnx_f32" else ("ai-edge-litert",) if case.backend == "tflite" else ()
+    return (*oracle, "numpy")
+
+
+def environment(cfg: Config, target, case: Case, stage: str | None) -> list[tuple[str, str]]:
+    """(what, which) rows of what the failing stage ran: an import failure's importer and its
+    packages; else the compiler with its flags (and its C runtime where the toolchain brings
+    one), and the run tool and the expected output's packages where the stage ran them."""
+    if stage == "import":
+        tools, dists, _ = IMPORTERS[case.backend]
+        return [("importer", ", ".join(f"`{t}`" for t in tools)), ("packages", _packages(dists)),
+                ("python", platform.python_version())]
+    rows = [("target", f"{target.name}: {target.profile.doc}")]
+    for role, flags in (("compiler", target.compile_flags(case.variant)), ("runner", target.profile.run_flags)):
+        if role == "runner" and stage not in ("run", "verify"):
+            break
+        dist, wheel = _wheel(target, role)
+        digest = f" (wheel sha256 {wheel['sha256']})" if wheel else ""
+        rows += [(role, f"`{Path(getattr(target.profile, role)).name}` from {release(target, role)}{digest}"),
+                 (f"{role} flags", shlex.join(flags) or "(none)")]
+    if target.compile_launch:
+        rows.append(("compiler started by", f"`{shlex.join(target.compile_launch)}` (address-space randomization off)"))
+    c_runtime = (target.toolchain or {}).get("c_runtime")
+    if c_runtime:
+        rows.append(("C runtime of the tools", ", ".join(f"{k} {v}" for k, v in sorted(c_runtime.items()))))
+    if stage == "verify":
+        rows.append(("expected output from", _packages(_references(case))))
+    return rows
+
+
+def tracker(target, case: Case, stage: str | None) -> str | None:
+    """Where the bug is filed: the importer's tracker for an import failure, else the target
+    profile's `tracker`."""
+    return IMPORTERS[case.backend][2] if stage == "import" else target.profile.tracker
+
+
 def figure(value) -> str:
     """A metric as report.md shows it: a number to 6 significant digits; a non-finite one is
     stored as its name ("inf", "nan": JSON has no such numbers) and shown as it is."""
@@ -233,7 +379,7 @@ def region_section(region: dict | None) -> list[str]:
 
 
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
-                 folder: Path, versions: dict, findings: list[str] = (), sections: list[str] = (),
+                 folder: Path, findings: list[str] = (), sections: list[str] = (),
                  region: dict | None = None) -> Path:
     """One bucket's folder: the minimal case's files, repro.sh, report.md (with `findings` first
     and `sections` after what happened; where the bucket lives from `region`, when given)."""
@@ -247,18 +393,19 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     slow = _slow(shrunk, entries)
     if slow is not None:  # repro.sh fails while the stage is anomalously slow
         result, limits[slow[0]["stage"]] = slow[0], slow[1]
+    stage = result.get("stage") if mlir_name else "import"
+    releases = _releases(target, minimal, stage)
     if mlir_name is None:
         from pipeline.run.repro import write_import_standalone
 
-        repro = write_import_standalone(minimal, cfg, folder)
+        repro = write_import_standalone(minimal, cfg, folder, releases)
     else:
-        repro = write_standalone(minimal, cfg, folder, mlir_name, check if result.get("stage") == "verify" else None,
-                                 limits, input_file if result.get("stage") in ("run", "verify") else None)
+        repro = write_standalone(minimal, cfg, folder, mlir_name, check if stage == "verify" else None,
+                                 limits, input_file if stage in ("run", "verify") else None, releases)
     text_mlir = (folder / MLIR).read_text() if (folder / MLIR).is_file() else None
     geometry = minimal.geometry
-    lines = [f"# {title(bucket, target.name)}", "",
-             (f"`{target.runner if slow and slow[0]['stage'] == 'run' else target.compiler}` " if mlir_name
-              else f"The importer of {minimal.backend} models (before `{Path(target.compiler).name}`) ")
+    where = tracker(target, minimal, stage)
+    lines = [f"# {title(bucket, target.name)}", "", _failing_tool(target, minimal, stage, releases)
              + ("is cut at its time limit" if slow else "fails the same way")
              + f" on {len(entries)} convolution case{'s' if len(entries) != 1 else ''} of a conv-sweep run; "
              + ("the smallest found still anomalously slow:" if slow else "the smallest found:"),
@@ -266,10 +413,13 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
              f"- geometry: `{json.dumps(geometry.to_dict())}`",
              f"- model: {minimal.backend} {minimal.flavor}, "
              + (f"imported to MLIR ({mlir_name})" if mlir_name else f"`{minimal.model_file}`, which the importer fails on"),
-             f"- stage: {result.get('stage')}", ""]
+             f"- stage: {stage}",
+             f"- file it at: {where}" if where else f"- file it at: (the {target.name} profile names no `tracker`)", ""]
     if findings:
         lines += ["## Findings", "", *[f"- {f}" for f in findings], ""]
     lines += ["## What happens", "", "```", (result.get("reason") or "")[:3000], "```", ""]
+    if slow is None and stage != "verify":
+        lines += _diagnostic_section(result, target.toolchain, where)
     if slow is not None:
         lines += [f"`repro.sh` gives the {slow[0]['stage']} {max(1, round(slow[1]))} s ({shrunk['predicate']['factor']:g} "
                   "x its typical seconds, from the sweep's other cases of that size), so it fails while the "
@@ -303,8 +453,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     else:
         lines += [f"## The MLIR", "", f"In `{MLIR}` beside this report ({len(text_mlir or '')} characters)"
                   + (f"; the compiler reads `{mlir_name}`." if mlir_name != MLIR else "."), ""]
-    lines += ["## Versions", "", "| | |", "|---|---|",
-              *[f"| {k} | {_cell(v)} |" for k, v in versions.items()], ""]
+    lines += ["## Environment", "", f"What the {stage} stage ran:", "", "| | |", "|---|---|",
+              *[f"| {k} | {_cell(v)} |" for k, v in environment(cfg, target, minimal, stage)], ""]
     lines += [f"## The sweep's cases in this bucket: {len(entries)}", "",
               "Flavors: " + ", ".join(f"{v} {n}" for v, n in sorted(_count(e["backend"] + "_" + e["flavor"]
                                                                               for e in entries).items())), "",
@@ -324,6 +474,23 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     path = folder / "report.md"
     write_text(path, "\n".join(lines))
     return path
+
+
+def _releases(target, case: Case, stage: str | None) -> dict[str, str]:
+    """Tool name -> its release, for the tools the failing stage ran."""
+    if stage == "import":
+        return {t: _packages([TOOL_PACKAGES[t]]) for t in IMPORTERS[case.backend][0]}
+    roles = ("compiler", "runner") if stage in ("run", "verify") else ("compiler",)
+    return {Path(getattr(target.profile, r)).name: release(target, r) for r in roles}
+
+
+def _failing_tool(target, case: Case, stage: str | None, releases: dict[str, str]) -> str:
+    """The report's first words: the tool that fails, by its name and release."""
+    if stage == "import":
+        first = IMPORTERS[case.backend][0][0]
+        return f"The importer of {case.backend} models, `{first}` ({releases[first]}), "
+    name = Path(target.profile.runner if stage == "run" else target.profile.compiler).name
+    return f"`{name}` ({releases[name]}) "
 
 
 def _cell(value) -> str:
@@ -350,7 +517,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
     cases evaluated elsewhere) when given, else from every case of the target in this run."""
     from dataclasses import replace
 
-    from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature, tool_versions
+    from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature
     from pipeline.triage.culprit import examine, sections
     from pipeline.triage.shrink import shrink, tool_identity
 
@@ -369,7 +536,6 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
             [e for e in region_entries if e.get("target", target.name) == target.name]
         regions = {g["signature"]: g["region"] for g in add_regions([{"signature": b} for b in chosen], learned_from)}
         identity = tool_identity(cfg, target)
-        versions = tool_versions(cfg, target)
         root = cfg.layout.bugreports(target.name)
         by_name = {c.name: c for c in selected}
         index = []
@@ -403,11 +569,11 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                 swept = next((e for e in members if e["case"] == origin.name), {})
                 exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
                                deadline, log) if budget > 0 else None
-                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket), versions,
+                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket),
                                     exam.findings if exam else (), sections(exam, summary, minimal, original)
                                     if exam else (), region=regions[bucket])
             else:
-                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket), versions,
+                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket),
                                     region=regions[bucket])
             written.append(path)
             index.append(f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {len(members)} | {title(bucket, target.name)} "
