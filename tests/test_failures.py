@@ -65,6 +65,8 @@ def test_misbehaving_compiler_fails_only_its_cases(tmp_path):
         assert (result["status"], result["stage"]) == (status, "compile"), name
         assert EXPECTED[variant] in result["reason"], (name, result["reason"])
         assert "compile.log" in result["log"] and (tmp_path / "build" / "cases" / name / "llvm-cpu" / "compile.log").exists()
+        compile_ = result["stages"]["compile"]  # the failing compile's time counts, as a cut one's limit does
+        assert compile_.get("cut") if status == "timeout" else compile_["seconds"] > 0, (name, compile_)
         said = "compile TIMEOUT: " if status == "timeout" else "compile failed: "
         assert f"{name}@llvm-cpu: {said}" in run.stdout + run.stderr
 

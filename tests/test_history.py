@@ -139,7 +139,11 @@ def test_the_last_run_s_durations_come_first(tmp_path):
     unknown = next(c for c in run.cases if c.geometry.c_in == 4 and c.variant == "tflite_f32")
     recorded = next(c for c in run.cases if c.geometry.c_in == 8 and c.variant == "onnx_f32")
     remembered = next(c for c in run.cases if c.geometry.c_in == 8 and c.variant == "tflite_f32")
+    failed = next(c for c in run.cases if c.geometry.c_in == 4 and c.variant == "onnx_f32")
     entries = [
+        {"case": failed.name, "status": "xfail", "stage": "compile", "reason": "iree-compile exit status 1: error: x",
+         "stages": {"model": {"seconds": 1.0}, "compile": {"seconds": 2.5}},
+         "notes": {"outcome": "error"}},  # a compile that failed by itself recorded its time: the chain ended there
         {"case": recorded.name, "status": "fail", "stage": "compile", "reason": "iree-compile timed out after 30 s",
          "stages": {"model": {"seconds": 1.0}, "compile": {"seconds": 30.0, "cut": True}},
          "notes": {"outcome": "timeout"}},  # a cut stage records its limit: counted once
@@ -158,7 +162,7 @@ def test_the_last_run_s_durations_come_first(tmp_path):
     (report / "results.json").write_text(json.dumps({"cases": entries}))
     costs = history.chain_costs(run.cfg, run.cases)
     assert costs[small.key] == 41.0 and costs[cut.key] == 21.0
-    assert costs[recorded.key] == 31.0 and costs[remembered.key] == 1.0
+    assert costs[recorded.key] == 31.0 and costs[remembered.key] == 1.0 and costs[failed.key] == 3.5
     retried = history.chain_costs(dataclasses.replace(run.cfg, retry_timeouts=True), run.cases)
     assert retried[remembered.key] == 51.0 and retried[recorded.key] == 31.0
     envelopes = history._envelopes(run.cfg, "llvm-cpu")

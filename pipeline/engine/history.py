@@ -29,8 +29,10 @@ def _measured(entry: dict, retry_timeouts: bool = False) -> float | None:
     seconds = sum(float((retry_timeouts and s.get("cut") and s.get("limit")) or s.get("seconds", 0.0))
                   for s in stages)
     outcome = (entry.get("notes") or {}).get("outcome") or entry.get("status")  # before judging, if judged
-    if outcome in ("pass", "fail", "compiled") or any(s.get("cut") for s in stages):
-        return seconds  # every stage ran to its end, or to its limit, and recorded its time
+    failing = (entry.get("stages") or {}).get(entry.get("stage") or "")
+    if outcome in ("pass", "fail", "compiled") or any(s.get("cut") for s in stages) or \
+            (outcome == "error" and isinstance(failing, dict) and "seconds" in failing):
+        return seconds  # every stage ran to its end (or failed there), or to its limit, and recorded its time
     cut = _CUT.search(entry.get("reason") or "")  # a result written before cut stages recorded their time
     return seconds + float(cut.group(1)) if cut else None
 

@@ -63,12 +63,14 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
 
     hit = None
 
-    def failed(status, stage_, reason, log_, cut=None):
+    def failed(status, stage_, reason, log_, cut=None, ran=None):
         messages = []
         for case in cases:
             stages = read_all_stages(cfg.model_dir(case), cfg.case_dir(case))
             if hit and hit.outcome:  # counted as taken from the store, like outputs
                 stages[stage] = {"seconds": 0.0, "store": True}
+            elif ran is not None:  # a tool that failed by itself took its time as one that passed does
+                stages[stage_] = {"seconds": round(ran, 4)}
             if cut is not None and cut.limit is not None:  # a cut tool ran to its limit: the time counts
                 stages[stage_] = ({"seconds": 0.0, "store": True, "cut": True, "limit": cut.limit} if cut.remembered
                                   else {"seconds": round(cut.limit, 4), "cut": True})
@@ -80,7 +82,7 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
     from pipeline.core.isolate import waited
 
     try:
-        start = time.monotonic()
+        start, waits = time.monotonic(), waited()
         key, names = stored() if store else (None, ())
         hit = store.get(key, work_dir, names) if store else None
         if hit and hit.outcome:
@@ -94,8 +96,12 @@ def _run(task: str, stage: str, cases: list[Case], cfg: Config, work, prepare=No
             waits = waited()  # for a helper another thread's task held: not this stage's time
             outcome = _built(work, work_dir, log, store, key, names, what=f"{stage} of {first.name}")
     except StageError as err:
+        # the failing stage's time: a build task's whole stage, as a passing one records it; verify's
+        # failing part, as its tool measured it (verify records the parts it finished itself)
+        ran = None if hit or err.cut else (err.seconds if task == "verify" else
+                                           time.monotonic() - start - (waited() - waits))
         return failed(TIMEOUT if err.cut else ERROR, err.stage, err.reason, err.log or str(log),
-                      cut=err if err.cut else None)
+                      cut=err if err.cut else None, ran=ran)
     except Exception as err:  # our own code raised: a harness error, never an expected failure
         with open(log, "a") as f:
             f.write(traceback.format_exc())
