@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import helpers
+
 DURATIONS = Path(__file__).with_name("durations.json")
 UNMEASURED_SLOW = 30.0  # seconds assumed for a slow test not yet in the table
 KEPT = 1.0  # the table keeps tests that took at least this long
@@ -25,6 +27,19 @@ SHARED = {
     # (CONV_SWEEP_TOOLCHAIN_DIR): two installs of one release at once would collide
     "tests/test_versions.py": "the user's toolchain folder",
 }
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # an xdist worker: the session's store, which the controller made
+        helpers._store[:] = [Path(config.workerinput["test_store"])]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """The xdist controller gives each worker the session's store of stage outputs (one for the
+    whole run, as a user's sweeps share theirs: two runs at once on one store is a tested
+    case), so that a model, MLIR or module one worker built is not built again by the other."""
+    node.workerinput["test_store"] = str(helpers.test_store())
 
 
 def pytest_addoption(parser):

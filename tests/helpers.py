@@ -21,9 +21,9 @@ _store: list[Path] = []
 
 
 def test_store() -> Path:
-    """The store of stage outputs the tests' runs share: one per test process (each xdist
-    worker has its own), made on first use and removed when the process ends (never the user's
-    own)."""
+    """The store of stage outputs the tests' runs share: the session's (its xdist workers share
+    the one the controller made: conftest.py), or one per test process, made on first use and
+    removed when the process ends (never the user's own)."""
     if not _store:
         _store.append(Path(tempfile.mkdtemp(prefix="test-store-")))
         atexit.register(shutil.rmtree, _store[0], ignore_errors=True)
