@@ -5,8 +5,9 @@ The released versions in the range (PyPI's list, pre-releases left out) are sear
 order: the first and the last are run, then the middle of the remaining interval, until a
 version that passes sits next to one that fails. Each version is installed on demand, as a
 `<target>@<version>` of a sweep is (Config.at_version), and the case runs through the sweep's
-own stage functions (pipeline/run/runner.py) in `<build>/bisect/<target>/`, with the store: the
-model and its import are built once and shared by every version. For a bucket, its smallest
+own stage functions (pipeline/run/runner.py) in `<build>/bisect/<target>/<target>-<version>/`
+(one folder per release, the pinned one too), with the store: the model and its import are
+built once and taken from the store by every other version. For a bucket, its smallest
 case (by MACs) in this build folder's results is bisected. A version whose compiler cannot read
 today's importers' MLIR cannot be tested: it is skipped, and said.
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from pipeline.config import Config
 from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
+from pipeline.core.layout import folder
 from pipeline.core.tools import write_text
 from pipeline.run.runner import run_chain
 from pipeline.space.cases import Case
@@ -101,7 +103,9 @@ def evaluate(case: Case, cfg: Config, version: str, base: Path | None, log, none
         if "cannot read" in err.problem:
             return Outcome(version, UNTESTABLE, err.problem, None)
         raise
-    there = there.scratch(cfg.layout.bisect_dir(case.target))
+    # every release in a folder of its own, named alike (the pinned one too, which is the bare profile)
+    release = folder(f"{cfg.target(case.target).profile.base}@{version}")
+    there = there.scratch(cfg.layout.bisect_dir(case.target) / release)
     twin = next((c for c in there.cases() if c.name == case.name), None)
     if twin is None:
         raise ConfigError("doit bisect", case.name, f"is no case of {there.targets[0].name}")
