@@ -55,6 +55,18 @@ def test_clean_expands_a_case_name_to_its_tasks_on_every_target(tmp_path):
     assert {f"verify:{case}@llvm-cpu", f"verify:{case}@vmvx"} <= started
 
 
+def test_clean_removes_the_triage_folders_made_from_the_cases(tmp_path):
+    env = _env(tmp_path)
+    build = tmp_path / "build"
+    made = [build / name / "x" for name in ("cases", "report", "shrink", "bugreports", "compare", "bisect", "hunt")]
+    for path in made:
+        path.parent.mkdir(parents=True)
+        path.write_text("x")
+    cleaned = doit("clean", env=env)
+    assert cleaned.returncode == 0, cleaned.stderr[-2000:]
+    assert not [p.parent.name for p in made if p.parent.exists()]
+
+
 def test_toolchain_is_a_command_that_reads_no_sweep_configuration(tmp_path):
     # a bad sweep knob stops every task command, but not the toolchain's (it only reads its folder)
     env = clean_env(CONV_SWEEP_N="ten", CONV_SWEEP_TOOLCHAIN_DIR=tmp_path / "a-file" / "toolchain")

@@ -29,6 +29,7 @@ SHRINK = "shrink"
 BUGREPORTS = "bugreports"
 COMPARE = "compare"
 BISECT = "bisect"
+HUNT = "hunt"
 
 
 def user_cache(environ=None) -> Path:
@@ -60,9 +61,16 @@ class Layout:
         return self.root / REPORTS
 
     @property
-    def cleaned(self) -> tuple[Path, Path]:
-        """What `doit clean` of a whole sweep removes (the DB stays, as doit's own clean leaves it)."""
-        return self.cases, self.reports
+    def hunt(self) -> Path:
+        return self.root / HUNT
+
+    @property
+    def cleaned(self) -> tuple[Path, ...]:
+        """What `doit clean` of a whole sweep removes: its cases and reports, and what the triage
+        commands made of them (shrinks, bug reports, comparisons, bisections, hunts), which a
+        cleaned folder no longer backs. The DB stays, as doit's own clean leaves it."""
+        return (self.cases, self.reports, self.root / SHRINK, self.root / BUGREPORTS, self.compare_dir(),
+                self.root / BISECT, self.hunt)
 
     def model_dir(self, case: str) -> Path:
         return self.cases / case

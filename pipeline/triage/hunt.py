@@ -375,7 +375,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
          estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print) -> dict:
     """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
     the summary (also written to <build>/hunt/summary.json)."""
-    folder = cfg.build_dir / "hunt"
+    folder = cfg.layout.hunt
     hunt_cfg = cfg.scratch(folder)
     folder.mkdir(parents=True, exist_ok=True)
     swept = collect(cases, cfg.case_dir)  # the sweep's results: what is known, and cases to learn regions from
