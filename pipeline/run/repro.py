@@ -112,7 +112,7 @@ def _needs(tools: dict[str, str], releases: dict[str, str] | None) -> str:
     """The header line naming the tools a bug report's repro.sh needs, with their releases."""
     releases = releases or {}
     named = [f"{name} ({releases[name]})" if releases.get(name) else name for name in tools.values()]
-    return (f"# Needs {', '.join(named)} on PATH, or each in its variable "
+    return (f"# Needs {', '.join(named)} on PATH, or named in {'its variable' if len(tools) == 1 else 'their variables'} "
             f"(e.g. {next(iter(tools))}=/path/to/{next(iter(tools.values()))} bash repro.sh).")
 
 
