@@ -180,13 +180,14 @@ def test_bugreport_on_a_timeout_times_the_minimal_case_and_names_the_flag_that_w
     # the flag tables: the minimal case's compile without a flag ran to its end, slow
     tables = report.split("## Toggle flags")[1].split("## Reproduce")[0]
     assert re.search(r"^\| \(no flag\) \| \d+\.\d\d \(slow\) \| 1 \| \S+ [\d.e-]+ s \| passes \|$", tables, re.M)
-    assert re.search(r"^\| `--iree-opt-const-eval=false` \| 0\.\d\d \| 0\.\d\d \| \S+ [\d.e-]+ s \| passes \|$",
+    # its compile's seconds, whatever the machine's load (normal: not marked slow), a fraction of the flagless one's
+    assert re.search(r"^\| `--iree-opt-const-eval=false` \| \d+\.\d\d \| 0\.\d\d \| \S+ [\d.e-]+ s \| passes \|$",
                      tables, re.M), tables
     assert re.search(r"^\| `--iree-llvmcpu-disable-vector-peeling` \| > 3\.5 \(cut\) \| - \| - \| timeout at compile",
                      tables, re.M), tables
     original = tables.split(f"On the original case, `{CUT}`")[1]
     assert re.search(r"^\| \(no flag\) \| > 3\.5 \(cut\) \| - \| - \| timeout at compile", original, re.M)
-    assert re.search(r"^\| `--iree-opt-const-eval=false` \| 0\.\d\d \| < 0\.\d\d \|", original, re.M)
+    assert re.search(r"^\| `--iree-opt-const-eval=false` \| \d+\.\d\d \| < 0\.\d\d \|", original, re.M)
     assert "the same failure" in original  # the other flag: cut like the sweep's compile
     # repro.sh fails while the compile is anomalously slow: it gives it 4 x 0.75 s
     # the sweep's compiler was the user's own: repro.sh takes it from the variable its header names
