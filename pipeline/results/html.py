@@ -182,8 +182,18 @@ def _explained(entry: dict) -> str:
     return f"<br>explained: <b>{html.escape(explanation)}</b>" if explanation else ""
 
 
-def render(entries, cols, rows, groups, tools, refused=(), records=None) -> str:
-    """The page; `records` are the case table's rows (explorer.records), made here if not given."""
+def _cause_rows(causes) -> str:
+    e = html.escape
+    return "".join(
+        f"<tr><td>{c['count']}</td><td>{'<br>'.join(f'<code>{e(b)}</code>' for b in c['buckets'])}</td>"
+        f"<td>{e(', '.join(c['flavors']))}</td><td>{e(', '.join(c['stages']))}</td><td>{c['geometries']}</td>"
+        f"<td>{e('; '.join(c['joined_by']) or 'a bucket of its own')}</td></tr>" for c in causes) or \
+        "<tr><td colspan=6>no failures</td></tr>"
+
+
+def render(entries, cols, rows, groups, tools, refused=(), records=None, causes=()) -> str:
+    """The page; `records` are the case table's rows (explorer.records), made here if not given;
+    `causes` the root causes of the failures (pipeline/results/causes.py), shown before the buckets."""
     e = html.escape
     reasons: dict[str, list] = {}
     for r in refused:
@@ -220,6 +230,10 @@ expected), xfail (failed at the listed stage with the listed bucket), changed (f
 with another bucket: fails the run), xpass (listed, but passed: fails the run).</p>
 <h2>Summary</h2>
 <table><tr>{head}</tr>{body}</table>
+<h2>Root causes</h2>
+<p>Failure buckets that are one bug: a geometry fails in each at the same stage (in other flavors), or one
+mis-lowering explains their wrong answers. Each row lists its buckets, biggest first.</p>
+<table class="buckets"><tr><th>cases</th><th>buckets</th><th>flavors</th><th>stages</th><th>geometries</th><th>joined by</th></tr>{_cause_rows(causes)}</table>
 <h2>Not generated</h2>
 <p>Cases whose frontend (tf.keras and the TFLite converter, or torch) cannot build the geometry as one convolution.</p>
 <table class="buckets"><tr><th>cases</th><th>reason</th><th>examples</th></tr>{refused_rows}</table>

@@ -16,6 +16,7 @@ from pipeline.space.cases import Case
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
 from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, read_result
+from pipeline.results.causes import describe as describe_cause, root_causes
 from pipeline.results.region import learn
 from pipeline.core.tools import write_text
 
@@ -66,6 +67,23 @@ def buckets(entries: list[dict], examples: int = 3) -> list[dict]:
                                  if e["status"] == CHANGED}),
             "issues": sorted({e["issue"] for e in group if e.get("issue")})} for sig, group in groups.items()]
     return sorted(out, key=lambda b: (-b["count"], b["signature"]))
+
+
+def causes(entries: list[dict]) -> list[dict]:
+    """The root causes of the failures in a tool or a check (pipeline/results/causes.py)."""
+    return root_causes([(signature(e), e) for e in entries if e["status"] in TOOL_FAILURES])
+
+
+def cause_lines(causes_: list[dict], top: int = 10) -> list[str]:
+    """The terminal's lines on root causes (where some join several buckets): each cause, then
+    its buckets."""
+    if not any(len(c["buckets"]) > 1 for c in causes_):
+        return []
+    lines = [f"root causes: {len(causes_)} (of {sum(len(c['buckets']) for c in causes_)} buckets)"]
+    for number, cause in enumerate(causes_[:top], 1):
+        lines.append(f"  cause {number}: {describe_cause(cause)}")
+        lines += [f"      [{b[:150]}]" for b in cause["buckets"]]
+    return lines
 
 
 def add_regions(groups: list[dict], entries: list[dict]) -> list[dict]:
@@ -245,6 +263,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if step["applies"]:
         parts.append(f"separate bf16 bias step (padded space-to-depth rewrite): applies to {step['applies']} cases, "
                      f"needed by {step['needed_by_passing']} passing ones")
+    parts += cause_lines(causes(entries))
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         listed = "".join(f"\n      listed as: {sig[:160]}" for sig in b.get("listed_as", []))
         issues = f"  [issue: {', '.join(b['issues'])}]" if b.get("issues") else ""
@@ -299,7 +318,8 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     report_dir.mkdir(parents=True, exist_ok=True)
     groups = add_regions(buckets(entries), entries)
     cols, rows = summary_rows(entries)
-    document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "buckets": groups,
+    found = causes(entries)
+    document = {"tools": tools, "summary": {"columns": cols, "rows": rows}, "root_causes": found, "buckets": groups,
                 "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),
                 "oracle_cross_check": oracle_cross_check(entries),
                 "stage_seconds": stage_totals(entries), "store": store_hits(entries),
@@ -310,7 +330,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
     write_text(report_dir / "junit.xml", junit_xml(entries))
     cases = records(entries)
-    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases))
+    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases, found))
     return {"buckets": groups, "records": cases}
 
 

@@ -509,6 +509,20 @@ def _short(region: dict) -> str:
     return region["rule"] if region.get("status") == "learned" else str(region.get("status"))
 
 
+def cause_index(entries: list[dict], chosen: dict, target: str) -> list[str]:
+    """index.md's root causes (pipeline/results/causes.py), before its buckets: each with its
+    flavors, stages and why its buckets are one, and its buckets (linked where reported)."""
+    from pipeline.results.causes import describe, root_causes
+
+    found = root_causes([(e["bucket"], e) for e in entries])
+    lines = ["## Root causes", "", f"{len(found)} root causes of {sum(len(c['buckets']) for c in found)} buckets.", ""]
+    for number, cause in enumerate(found, 1):
+        lines.append(f"{number}. {describe(cause)}")
+        lines += [f"   - [{title(b, target)}]({slug(b)}/report.md)" if b in chosen else f"   - {title(b, target)} "
+                  "(not reported here)" for b in cause["buckets"]]
+    return lines + ["", "## Buckets", ""]
+
+
 def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,
                keep_data: bool = False, region_entries: list[dict] | None = None) -> list[Path]:
     """Write the bug reports of the selected buckets of every selected target; the report.md
@@ -582,7 +596,8 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
         write_text(root / "index.md", "\n".join([f"# Bug reports: {target.name}", "",
                                                    f"{len(entries)} failing cases of this run in {len(groups)} buckets"
                                                    + (f"; {len(chosen)} reported here" if len(chosen) != len(groups) else "")
-                                                   + ".", "", "| bucket | cases | title | region |", "|---|---|---|---|",
+                                                   + ".", "", *cause_index(entries, chosen, target.name),
+                                                   "| bucket | cases | title | region |", "|---|---|---|---|",
                                                    *index, ""]))
         log(f"{target.name}: {root / 'index.md'}")
     return written
