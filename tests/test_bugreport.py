@@ -58,6 +58,11 @@ def test_bugreport_on_torq_one_report_per_bucket_each_reproducing(tmp_path):
         report = (folder / "report.md").read_text()
         assert report.startswith(f"# {title(bucket, 'torq')}\n") and f"Bucket: `{bucket}`" in report
         assert f"## The sweep's cases in this bucket: {count}" in report
+        # the boundary facts: the minimal case moved one dimension at a time, each probe a case
+        probes = json.loads((folder / "boundary.json").read_text())
+        assert all({"dimension", "value", "case", "outcome"} <= set(p) for p in probes)
+        assert all(p["outcome"] in ("pass", "same") or p["outcome"].startswith("other: ") for p in probes)
+        assert "## Boundary facts" in report and (not probes or "every probe in `boundary.json`" in report)
         stage = re.search(r"^- stage: (\w+)$", report, re.M).group(1)
         ran = {"import": (), "run": ("torq-compiler", "torq-runtime"), "verify": ("torq-compiler", "torq-runtime")}
         for wheel in ("torq-compiler", "torq-runtime"):  # the versions and wheel digests of what the stage ran

@@ -47,7 +47,8 @@ from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
-SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the toggle flags have the rest
+SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the boundary probes and the toggle flags have the rest
+BOUNDARY_SHARE = 0.5  # of what the shrink left, what the boundary probes may take; the toggle flags have the rest
 DIAGNOSTIC_LINES = 40  # lines of the failing tool's own output a report quotes
 LINE_WIDTH = 400  # characters kept of each quoted line (a stack frame's symbol can run longer)
 # A model format's importer: its tools, the packages that ship them (and what they read the
@@ -378,15 +379,50 @@ def region_section(region: dict | None) -> list[str]:
     return lines
 
 
+def boundary_section(boundary: list[dict], minimal: Case) -> list[str]:
+    """report.md's boundary facts (pipeline/triage/boundary.py): where the minimal case, moved one
+    dimension at a time, still fails the same way, passes, or fails otherwise."""
+    from pipeline.triage.boundary import table
+
+    lines = ["## Boundary facts", ""]
+    if not boundary:
+        return lines + ["No probe ran within the budget.", ""]
+    outcomes = _count(p["outcome"] if not p["outcome"].startswith("other") else "other" for p in boundary)
+    return lines + [f"The minimal case moved one dimension at a time ({len(boundary)} probes, each a case of its own; "
+                    f"{outcomes.get('same', 0)} fail the same way, {outcomes.get('pass', 0)} pass, "
+                    f"{outcomes.get('other', 0)} fail otherwise; every probe in `boundary.json`):", "",
+                    *[f"- {line}" for line in table(boundary, minimal.geometry, minimal.variant)], ""]
+
+
+def shown_region(region: dict | None, minimal: Case, boundary: list[dict] | None) -> dict | None:
+    """The region as the report may show it: a learned rule only where it holds on the minimal
+    case and on every boundary probe, and uses only features that vary among them
+    (boundary.rule_holds); else why it is not shown."""
+    from pipeline.triage.boundary import rule_holds
+
+    if not region or region.get("status") != "learned":
+        return region
+    entry = {"geometry": minimal.geometry.to_dict(), "backend": minimal.backend, "flavor": minimal.flavor}
+    if rule_holds(region["conditions"], entry, boundary or []):
+        return region
+    return {"status": "not shown", "why": "the rule learned from the sweep's cases does not hold on the minimal "
+                                          "case and every boundary probe (or uses a feature they do not vary); "
+                                          "the boundary facts above say what holds"}
+
+
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
                  folder: Path, findings: list[str] = (), sections: list[str] = (),
-                 region: dict | None = None) -> Path:
-    """One bucket's folder: the minimal case's files, repro.sh, report.md (with `findings` first
-    and `sections` after what happened; where the bucket lives from `region`, when given)."""
+                 region: dict | None = None, boundary: list[dict] | None = None) -> Path:
+    """One bucket's folder: the minimal case's files, repro.sh, boundary.json (the probes of
+    `boundary`, when given), report.md (with `findings` first and `sections` after what
+    happened; the boundary facts; where the bucket lives from `region`, when given)."""
     from pipeline.run.repro import write_standalone
+    from pipeline.triage.boundary import write_boundary
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    if boundary is not None:
+        write_boundary(folder, boundary)
     mlir_name, check, input_file = _copy_case(minimal, cfg, folder)
     result = read_result(cfg.case_dir(minimal)) or {}
     limits = {stage: cfg.limit(minimal, stage).seconds for stage in ("compile", "run")}
@@ -460,6 +496,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
                                                                               for e in entries).items())), "",
               "| geometry | range |", "|---|---|", *_geometry_range(entries), "",
               "Examples: " + ", ".join(f"`{e['case']}`" for e in sorted(entries, key=lambda e: e["case"])[:5]), ""]
+    if boundary is not None:
+        lines += boundary_section(boundary, minimal)
     if region is not None:
         lines += region_section(region)
     if shrunk:
@@ -507,6 +545,18 @@ def _count(items) -> dict:
 def _short(region: dict) -> str:
     """index.md's region column: the rule, or its status."""
     return region["rule"] if region.get("status") == "learned" else str(region.get("status"))
+
+
+def _probe(cfg: Config, minimal: Case, bucket: str, deadline: float, log) -> list[dict]:
+    """The minimal case's boundary probes (pipeline/triage/boundary.py), on two lanes, with the
+    store and the sweep's limits, none starting past BOUNDARY_SHARE of the bucket's time left."""
+    from pipeline.triage.boundary import run_probes
+
+    left = max(0.0, deadline - time.monotonic())
+    probed = run_probes(cfg, minimal, bucket, lanes=2, deadline=time.monotonic() + left * BOUNDARY_SHARE)
+    same = sum(p["outcome"] == "same" for p in probed)
+    log(f"  boundary: {len(probed)} probes of {minimal.name}: {same} fail the same way")
+    return probed
 
 
 def cause_index(entries: list[dict], chosen: dict, target: str) -> list[str]:
@@ -581,12 +631,15 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                                   data_from=origin.geometry if summary.get("keep_data") else None)
                 original = replace(origin, category="shrink", expected=None)
                 swept = next((e for e in members if e["case"] == origin.name), {})
+                probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
+                region = regions[bucket] = shown_region(regions[bucket], minimal, probed)
                 exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
                                deadline, log) if budget > 0 else None
                 path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket),
                                     exam.findings if exam else (), sections(exam, summary, minimal, original)
-                                    if exam else (), region=regions[bucket])
+                                    if exam else (), region=region, boundary=probed)
             else:
+                regions[bucket] = shown_region(regions[bucket], case, None)
                 path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket),
                                     region=regions[bucket])
             written.append(path)
