@@ -18,7 +18,8 @@ from helpers import DOIT, ROOT, clean_env, doit
 from pipeline.results.region import features, matches
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import Category
-from pipeline.triage.hunt import Space, boundary, coarse, neighbour, pairs
+from pipeline.space.cases import make_cases
+from pipeline.triage.hunt import KnownMap, Space, boundary, coarse, neighbour, pairs
 
 CATEGORIES = [
     {"name": "t2d", "seed": 1, "rank": 2, "spatial": [6, 12], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
@@ -93,6 +94,22 @@ def test_pairs_of_coarse_features_tell_a_stride_over_the_kernel_apart():
     b = Geometry(2, (8, 8), (3, 3), (4, 4), 4, 4)
     assert coarse(a)["sw"] == "1" and coarse(b)["sw"] == ">k"
     assert pairs(b) - pairs(a)
+
+
+def test_a_candidate_among_cases_of_known_buckets_is_predicted_there_and_one_elsewhere_is_not():
+    known_map = KnownMap()
+    for c_in in (1, 3, 5, 7):  # odd channels with a stride past the kernel: a known bucket
+        known_map.add("llvm-cpu", "onnx_f32", Geometry(1, (12,), (2,), (4,), c_in, 4).to_dict(), True)
+    for c_in in (2, 4, 6, 8):
+        known_map.add("llvm-cpu", "onnx_f32", Geometry(1, (12,), (3,), (1,), c_in, 4).to_dict(), False)
+
+    def case(g: Geometry, variant: str = "onnx_f32"):
+        return next(c for c in make_cases([("t", g)], frozenset(), (), "llvm-cpu", (variant,), "random"))
+
+    near_known = case(Geometry(1, (13,), (2,), (4,), 3, 4))
+    near_passing = case(Geometry(1, (13,), (3,), (1,), 4, 4))
+    assert known_map.p_known(near_known) >= 0.6 > 0.4 >= known_map.p_known(near_passing)
+    assert known_map.p_known(case(near_known.geometry, "tflite_f32")) == 0.0  # no case seen in that flavor
 
 
 # --- through doit hunt -----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from pipeline.config import Config
 from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
+from pipeline.results.region import features
 from pipeline.results.report import TOOL_FAILURES, collect, signature, tool_versions, write_report
 from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
@@ -73,6 +74,8 @@ SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get t
 CANDIDATES = 12  # candidates drawn per geometry chosen
 EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring near it
 EDGE_BONUS = 4  # pairs of features a move near a new bucket counts as, besides the ones it covers
+NEIGHBOURS = 5  # cases seen whose outcomes predict a candidate's (KnownMap)
+UNKNOWN_FLOOR = 0.1  # a candidate every one of whose cases is predicted to land in a known bucket keeps this share
 EXTENDED = {"dilation": 4, "batch": 4}  # the extended profile's widest dilation and batch
 # A failure there is this tool's model builder's (tf.keras, torch), not a compiler's: a geometry
 # its frontend cannot build belongs in pipeline/space/refusal.py; the hunt lists such cases
@@ -240,6 +243,39 @@ class Found:
     geometries: list  # their geometries
 
 
+class KnownMap:
+    """Where the known buckets lie: every case seen (the sweep's and the hunt's), per target and
+    variant, as a point of its region features (pipeline/results/region.py, each as
+    sign(x) log(1 + |x|), so that sizes and ratios weigh alike), marked by whether it landed in a
+    known bucket (the sweep's or a listed one). A candidate case's chance of landing in one is
+    the share of its NEIGHBOURS nearest cases seen that did; with none seen, 0."""
+
+    def __init__(self):
+        self.points: dict[tuple[str, str], list] = {}  # (target, variant) -> [(vector, known)]
+
+    @staticmethod
+    def _vector(geometry: dict, variant: str):
+        import numpy as np
+
+        backend, flavor = variant.split("_", 1)
+        values = np.array(list(features(geometry, backend, flavor).values()))
+        return np.sign(values) * np.log1p(np.abs(values))
+
+    def add(self, target: str, variant: str, geometry: dict, known: bool) -> None:
+        self.points.setdefault((target, variant), []).append((self._vector(geometry, variant), known))
+
+    def p_known(self, case: Case) -> float:
+        import numpy as np
+
+        seen = self.points.get((case.target, case.variant))
+        if not seen:
+            return 0.0
+        here = self._vector(case.geometry.to_dict(), case.variant)
+        distances = np.array([np.sum((v - here) ** 2) for v, _ in seen])
+        nearest = np.argsort(distances, kind="stable")[:NEIGHBOURS]
+        return float(np.mean([seen[i][1] for i in nearest]))
+
+
 class Hunt:
     """The search's state: what was evaluated (from the journal too), what is covered, what is new."""
 
@@ -251,6 +287,9 @@ class Hunt:
         self.space = Space.of(cfg.spec.categories)
         self.sampled = {g for _, g in cfg.sampled}  # the sweep's own geometries
         self.known = known_buckets(cfg, swept)
+        self.map = KnownMap()  # where the known buckets lie: a candidate predicted in one is weighted down
+        for e in swept:
+            self.map.add(e["target"], f"{e['backend']}_{e['flavor']}", e["geometry"], self._is_known(e["target"], e))
         self.entries: dict[str, dict] = {}  # case key -> journal entry
         self.geometries: dict[Geometry, str] = {}  # geometry -> its generator
         self.covered: set = set()
@@ -275,11 +314,17 @@ class Hunt:
             self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
                      f"{self.journal.path}, not evaluated again; {self.spent:.0f} s of the budget spent")
 
+    def _is_known(self, target: str, entry: dict) -> bool:
+        """Whether a result entry (the sweep's) failed in a known bucket."""
+        return entry.get("status") in TOOL_FAILURES and (target, signature(entry)) in self.known
+
     def record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
         self.entries[entry["key"]] = entry
         self.geometries.setdefault(geometry, entry.get("source", ""))
         self.covered |= pairs(geometry)
         bucket = entry.get("bucket")
+        if entry.get("variant"):
+            self.map.add(entry["target"], entry["variant"], geometry.to_dict(), (entry["target"], bucket) in self.known)
         if not bucket or (entry["target"], bucket) in self.known:
             return
         if entry.get("stage") in FRONTEND_STAGES:  # this tool's model builders, not the target's tools
@@ -333,10 +378,14 @@ class Hunt:
             return None
 
         def score(item):
+            """Untried pairs of coarse features per square root of predicted seconds, weighted by
+            the share of its cases not predicted to land in a known bucket (KnownMap)."""
             g, source = item
+            cases = self.cases_of(g, source)
             gain = len(pairs(g) - self.covered) + (EDGE_BONUS if source == "edge" else 0)
-            seconds = sum(self.estimate(c) for c in self.cases_of(g, source)) or 1.0
-            return (gain + 0.5) / math.sqrt(seconds)
+            seconds = sum(self.estimate(c) for c in cases) or 1.0
+            unknown = 1.0 - sum(self.map.p_known(c) for c in cases) / max(len(cases), 1)
+            return (gain + 0.5) / math.sqrt(seconds) * (UNKNOWN_FLOOR + unknown)
 
         return max(candidates, key=score)
 
