@@ -19,7 +19,7 @@ from pipeline.results.region import features, matches
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import Category
 from pipeline.space.cases import make_cases
-from pipeline.triage.hunt import KnownMap, Space, boundary, coarse, neighbour, pairs
+from pipeline.triage.hunt import REPORTED, KnownMap, Space, boundary, coarse, neighbour, pairs
 
 CATEGORIES = [
     {"name": "t2d", "seed": 1, "rank": 2, "spatial": [6, 12], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
@@ -130,8 +130,13 @@ def test_the_hidden_bug_is_found_shrunk_and_reported(hunted):
     bucket = next(b for b in new if HIDDEN in b)
     assert "NEW bucket on llvm-cpu" in run.stdout and HIDDEN in run.stdout
     # every case of the bucket satisfies the hidden rule, and the journal holds no case twice
-    journal = [json.loads(line) for line in (tmp_path / "build" / "hunt" / "journal.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "build" / "hunt" / "journal.jsonl").read_text().splitlines()]
+    journal = [e for e in lines if not e["key"].startswith(REPORTED)]
     assert len({e["key"] for e in journal}) == len(journal) == summary["cases"]
+    # each bug report is journaled with the hunt's seconds so far: a resumed hunt neither redoes nor re-spends it
+    written = [e for e in lines if e["key"].startswith(REPORTED)]
+    assert sorted(e["report"] for e in written) == sorted(summary["bugreports"].values())
+    assert all(e["elapsed"] >= max(c["elapsed"] for c in journal) for e in written)
     in_bucket = [Geometry.from_dict(e["geometry"]) for e in journal if e["bucket"] == bucket]
     assert len(in_bucket) == new[bucket]["cases"] and all(hidden(g) for g in in_bucket)
     # shrunk from the bucket's smallest case: no larger than any of its cases, still within the rule,

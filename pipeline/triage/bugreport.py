@@ -574,11 +574,14 @@ def cause_index(entries: list[dict], chosen: dict, target: str) -> list[str]:
 
 
 def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,
-               keep_data: bool = False, region_entries: list[dict] | None = None) -> list[Path]:
+               keep_data: bool = False, region_entries: list[dict] | None = None,
+               reported: set[str] = frozenset(), on_report=None) -> list[Path]:
     """Write the bug reports of the selected buckets of every selected target; the report.md
     paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py).
     Each bucket's region rule is learned from the target's entries of `region_entries` (e.g. with
-    cases evaluated elsewhere) when given, else from every case of the target in this run."""
+    cases evaluated elsewhere) when given, else from every case of the target in this run.
+    A bucket whose report.md is in `reported` (paths, written before) is listed, not redone;
+    `on_report(bucket, path)` is called as each report is written."""
     from dataclasses import replace
 
     from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature
@@ -605,43 +608,50 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
         index = []
         for bucket in sorted(chosen, key=lambda b: (-len(chosen[b]), b)):
             members = chosen[bucket]
-            smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
-            case = by_name[smallest["case"]]
-            deadline = time.monotonic() + budget
-            summary = _earlier(cfg, target, bucket, identity, keep_data)
-            if summary is not None:
-                log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
-                    f"({summary['minimal']['macs']:,} MACs)")
-            elif budget > 0:
-                log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
-                try:
-                    summary = shrink(case, cfg, log=lambda line: log("  " + line), budget=budget * SHRINK_SHARE,
-                                     keep_data=keep_data)
-                except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
-                    log(f"  {err}; reporting the sweep's case as it is")
-                    summary = None
-                if summary is not None and summary["signature"] != bucket:
-                    log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
-                    summary = None
-            origin = by_name.get(summary["original"]["case"]) if summary is not None else None
-            if origin is not None:  # the case the shrink started from (any case of the bucket)
-                shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
-                minimal = replace(origin, category="shrink", expected=None,
-                                  geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
-                                  data_from=origin.geometry if summary.get("keep_data") else None)
-                original = replace(origin, category="shrink", expected=None)
-                swept = next((e for e in members if e["case"] == origin.name), {})
-                probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
-                region = regions[bucket] = shown_region(regions[bucket], minimal, probed)
-                exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
-                               deadline, log) if budget > 0 else None
-                path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket),
-                                    exam.findings if exam else (), sections(exam, summary, minimal, original)
-                                    if exam else (), region=region, boundary=probed)
+            if str(root / slug(bucket) / "report.md") in (reported or ()):  # before (a resumed hunt): listed, not redone
+                path = root / slug(bucket) / "report.md"
+                regions[bucket] = {"status": "in its report"}
+                log(f"{target.name}: {slug(bucket)}: reported before: {path}")
             else:
-                regions[bucket] = shown_region(regions[bucket], case, None)
-                path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket),
-                                    region=regions[bucket])
+                smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
+                case = by_name[smallest["case"]]
+                deadline = time.monotonic() + budget
+                summary = _earlier(cfg, target, bucket, identity, keep_data)
+                if summary is not None:
+                    log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
+                        f"({summary['minimal']['macs']:,} MACs)")
+                elif budget > 0:
+                    log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
+                    try:
+                        summary = shrink(case, cfg, log=lambda line: log("  " + line), budget=budget * SHRINK_SHARE,
+                                         keep_data=keep_data)
+                    except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
+                        log(f"  {err}; reporting the sweep's case as it is")
+                        summary = None
+                    if summary is not None and summary["signature"] != bucket:
+                        log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
+                        summary = None
+                origin = by_name.get(summary["original"]["case"]) if summary is not None else None
+                if origin is not None:  # the case the shrink started from (any case of the bucket)
+                    shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
+                    minimal = replace(origin, category="shrink", expected=None,
+                                      geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
+                                      data_from=origin.geometry if summary.get("keep_data") else None)
+                    original = replace(origin, category="shrink", expected=None)
+                    swept = next((e for e in members if e["case"] == origin.name), {})
+                    probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
+                    region = regions[bucket] = shown_region(regions[bucket], minimal, probed)
+                    exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
+                                   deadline, log) if budget > 0 else None
+                    path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket),
+                                        exam.findings if exam else (), sections(exam, summary, minimal, original)
+                                        if exam else (), region=region, boundary=probed)
+                else:
+                    regions[bucket] = shown_region(regions[bucket], case, None)
+                    path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket),
+                                        region=regions[bucket])
+                if on_report is not None:
+                    on_report(bucket, path)
             written.append(path)
             index.append(f"| [{slug(bucket)}]({slug(bucket)}/report.md) | {len(members)} | {title(bucket, target.name)} "
                          f"| {_cell(_short(regions[bucket]))} |")

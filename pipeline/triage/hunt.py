@@ -81,6 +81,7 @@ EXTENDED = {"dilation": 4, "batch": 4}  # the extended profile's widest dilation
 # its frontend cannot build belongs in pipeline/space/refusal.py; the hunt lists such cases
 # apart and counts no bucket of theirs as new.
 FRONTEND_STAGES = ("model",)
+REPORTED = "@bugreport:"  # the journal key of a bug report written (then its path), with the hunt's seconds so far
 JOURNAL, SPEC, FOUND, SUMMARY = "journal.jsonl", "hunt.json", "found.json", "summary.json"
 
 
@@ -295,7 +296,8 @@ class Hunt:
         self.covered: set = set()
         self.found: dict[tuple[str, str], Found] = {}
         self.frontend: dict[str, str] = {}  # case -> bucket of a failure in this tool's frontends
-        self.spent = 0.0  # seconds of search the journal's hunts spent (the budget is the hunt's, over resumes)
+        self.spent = 0.0  # seconds the journal's hunts spent, searching and reporting (the budget is the hunt's, over resumes)
+        self.reported: set[str] = set()  # report.md of each new bucket the journal's hunts reported
         self.journal = Journal(folder / JOURNAL)
         self._resume()
         self.rng = random.Random(seed * 1_000_003 + len(self.entries))
@@ -304,12 +306,15 @@ class Hunt:
     # the journal
     def _resume(self) -> None:
         for entry in self.journal.entries.values():
+            self.spent = max(self.spent, float(entry.get("elapsed", 0.0)))
+            if entry["key"].startswith(REPORTED):  # a bug report written: not written again
+                self.reported.add(entry["report"])
+                continue
             try:
                 geometry = Geometry.from_dict(entry["geometry"])
             except (ValueError, KeyError, TypeError, ConfigError):
                 continue
             self.record(entry, geometry, quiet=True)
-            self.spent = max(self.spent, float(entry.get("elapsed", 0.0)))
         if self.entries:
             self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
                      f"{self.journal.path}, not evaluated again; {self.spent:.0f} s of the budget spent")
@@ -466,13 +471,20 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         write_report(mine, hunt_cfg.report_dir(target.name), tool_versions(hunt_cfg, target))
     reports = {}
     if state.found:
-        from pipeline.triage.bugreport import bugreports
+        from pipeline.triage.bugreport import bugreports, slug
 
         remaining = max(budget - (state.spent + time.monotonic() - start), 0.0)
-        per_bucket = remaining / len(state.found)
-        log(f"hunt: {len(state.found)} new buckets: bug reports, {per_bucket:.0f} s each")
+        left = [f for f in state.found.values()
+                if str(hunt_cfg.layout.bugreports(f.target) / slug(f.bucket) / "report.md") not in state.reported]
+        per_bucket = remaining / max(len(left), 1)
+        log(f"hunt: {len(state.found)} new buckets: bug reports ({len(left)} to write), {per_bucket:.0f} s each")
+
+        def reported(bucket: str, path: Path) -> None:  # journaled: a resumed hunt neither redoes nor re-spends it
+            state.journal.append({"key": f"{REPORTED}{path}", "bucket": bucket, "report": str(path),
+                                  "elapsed": round(state.spent + time.monotonic() - start, 1)})
+
         for path in bugreports(hunt_cfg, hunt_cases, [f.bucket for f in state.found.values()], per_bucket,
-                               log=log, region_entries=entries + swept):
+                               log=log, region_entries=entries + swept, reported=state.reported, on_report=reported):
             reports[path.parent.name] = str(path)
     summary = {
         "strategy": strategy, "seed": seed, "budget": budget, "lanes": lanes,
