@@ -217,6 +217,23 @@ def test_a_killed_hunt_resumes_without_redoing_a_case(tmp_path):
     assert not {e["case"] for e in before} & set(compiled_after)
 
 
+@pytest.mark.slow
+def test_with_a_scheduler_the_search_s_cases_run_on_the_dask_cluster(tmp_path):
+    env = _env(tmp_path, CONV_SWEEP_SCHEDULER="local:2")
+    outer = tmp_path / "outer"  # logs the process that started each compile, and where it ran
+    outer.write_text(f'#!/bin/sh\necho "$PPID $PWD" >> {tmp_path / "parents"}\nexec {env["CONV_SWEEP_IREE_COMPILE"]} "$@"\n')
+    outer.chmod(0o755)
+    env["CONV_SWEEP_IREE_COMPILE"] = str(outer)
+    proc = subprocess.Popen([*DOIT, "hunt", "--budget", "40", "--seed", "1", "--flavors", "onnx_f32"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    summary = json.loads((tmp_path / "build" / "hunt" / "summary.json").read_text())
+    searched = [line.split(" ", 1) for line in (tmp_path / "parents").read_text().splitlines() if "/hunt/cases/" in line]
+    assert summary["cases"] >= 4 and len(searched) >= 4
+    assert str(proc.pid) not in {pid for pid, _ in searched}  # each compiled by a Dask worker, not the driver
+
+
 def test_a_torn_journal_line_is_skipped_and_the_spent_seconds_kept(tmp_path):
     from pipeline.config import Config
     from pipeline.results.report import collect

@@ -232,14 +232,24 @@ def _check_hunt(budget, strategy, lanes, flavors, **_):
     return {"flavors": chosen}
 
 
+def _on_cluster(cfg):
+    """How a triage command's cases run on the run's Dask cluster (CONV_SWEEP_SCHEDULER), started
+    for `cfg` (its build folder), as the sweep's tasks run there."""
+    from pipeline.engine.cluster import connect
+
+    return connect(cfg).run
+
+
 def _hunt(run, budget, seed, strategy, lanes, flavors):
     """A guided search for failure buckets the sweep misses (pipeline/triage/hunt.py), its
     cases run on `lanes` lanes (0: the machine's cores)."""
     from pipeline.engine.history import estimator
     from pipeline.triage.hunt import hunt
 
-    summary = hunt(run.cfg, run.cases, budget, seed, strategy, lanes or os.cpu_count() or 1,
-                   estimate=estimator(run.cfg), flavors=flavors)
+    scheduler = run.cfg.scheduler
+    summary = hunt(run.cfg, run.cases, budget, seed, strategy,
+                   scheduler.slots if scheduler else lanes or os.cpu_count() or 1,
+                   estimate=estimator(run.cfg), flavors=flavors, remote=_on_cluster if scheduler else None)
     print(f"conv-sweep: {len(summary['new_buckets'])} new buckets" + "".join(
         f"\n  {b['target']}: {b['bucket']}  ({b['cases']} cases, first {b['first_case']})"
         for b in summary["new_buckets"]))

@@ -29,14 +29,17 @@ from pipeline.space.cases import Case
 WAIT = 5.0  # seconds run_cases waits for a lane to finish before it looks again (and may tick)
 
 
-def run_chain(case: Case, cfg: Config, tasks=TASKS) -> dict:
+def run_chain(case: Case, cfg: Config, tasks=TASKS, call=None) -> dict:
     """Run `tasks` of the case's chain in order with the sweep's stage functions, up to the first
-    that fails; the case's result entry where it failed (status, stage, reason), else a pass."""
+    that fails; the case's result entry where it failed (status, stage, reason), else a pass.
+    `call(stage_fn, subject)` runs one stage and gives its failure message (as a doit task's
+    action does: on the Dask cluster, pipeline/engine/cluster.py); by default, here, with `cfg`."""
     from pipeline.run import stages
 
     for task in tasks:
         subject = [case] if task in SHARED_TASKS else case
-        if stages.TASK_FUNCTIONS[task](subject, cfg):
+        stage_fn = stages.TASK_FUNCTIONS[task]
+        if call(stage_fn, subject) if call is not None else stage_fn(subject, cfg):
             break
     result = read_result(cfg.case_dir(case)) or {}
     if result.get("status") in stages.FAILURES:

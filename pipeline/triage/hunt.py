@@ -419,18 +419,22 @@ def known_buckets(cfg: Config, swept: list[dict]) -> set[tuple[str, str]]:
     return known
 
 
-def evaluate(case: Case, cfg: Config) -> dict:
-    """The case's chain, then its result entry (as the report reads it)."""
-    run_chain(case, cfg, TASKS)
+def evaluate(case: Case, cfg: Config, call=None) -> dict:
+    """The case's chain (each stage run by `call`, where given: run_chain), then its result entry
+    (as the report reads it)."""
+    run_chain(case, cfg, TASKS, call)
     return collect([case], cfg.case_dir)[0]
 
 
 def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
-         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print) -> dict:
+         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print, remote=None) -> dict:
     """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
-    the summary (also written to <build>/hunt/summary.json)."""
+    the summary (also written to <build>/hunt/summary.json). `remote(hunt_cfg)`, where given,
+    gives the function that runs a stage of the search's cases elsewhere (the Dask cluster, as
+    the sweep's tasks run there: run_chain's `call`)."""
     folder = cfg.layout.hunt
     hunt_cfg = cfg.scratch(folder)
+    call = remote(hunt_cfg) if remote is not None else None
     folder.mkdir(parents=True, exist_ok=True)
     swept = collect(cases, cfg.case_dir)  # the sweep's results: what is known, and cases to learn regions from
     state = Hunt(cfg, folder, swept, strategy, seed, estimate, flavors, log)
@@ -456,7 +460,8 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
                 "seconds": round(sum(float(s.get("seconds", 0)) for s in (entry.get("stages") or {}).values()), 3),
                 "elapsed": round(state.spent + time.monotonic() - start, 1)}
 
-    run_cases(hunt_cfg, more, lanes, work=evaluate, journal=state.journal, note=note, deadline=deadline,
+    run_cases(hunt_cfg, more, lanes, work=lambda case, config: evaluate(case, config, call), journal=state.journal,
+              note=note, deadline=deadline,
               on_done=lambda case, entry, line: state.record(line, case.geometry),
               tick=lambda running: log(state.progress(start, budget, running)), interval=cfg.progress_interval)
     searched = state.spent + time.monotonic() - start
