@@ -434,9 +434,9 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     the sweep's tasks run there: run_chain's `call`)."""
     folder = cfg.layout.hunt
     hunt_cfg = cfg.scratch(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     # the cluster is the run's (a scratch Config has no scheduler of its own), building in the hunt's folder
     call = remote(replace(hunt_cfg, scheduler=cfg.scheduler)) if remote is not None else None
-    folder.mkdir(parents=True, exist_ok=True)
     swept = collect(cases, cfg.case_dir)  # the sweep's results: what is known, and cases to learn regions from
     state = Hunt(cfg, folder, swept, strategy, seed, estimate, flavors, log)
     start, usage = time.monotonic(), _cpu()
