@@ -229,7 +229,7 @@ def performance_summary(entries: list[dict]) -> list[str]:
 
 
 def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None,
-            refused: list = ()) -> str:
+            refused: list = (), causes_: list[dict] | None = None) -> str:
     cols, rows = summary_rows(entries)
     parts = [format_table(["", *cols, "total"], rows)]
     parts += refusal_summary(list(refused))
@@ -263,7 +263,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
     if step["applies"]:
         parts.append(f"separate bf16 bias step (padded space-to-depth rewrite): applies to {step['applies']} cases, "
                      f"needed by {step['needed_by_passing']} passing ones")
-    parts += cause_lines(causes(entries))
+    parts += cause_lines(causes_ if causes_ is not None else causes(entries))
     for b in (buckets_ if buckets_ is not None else buckets(entries))[:10]:
         listed = "".join(f"\n      listed as: {sig[:160]}" for sig in b.get("listed_as", []))
         issues = f"  [issue: {', '.join(b['issues'])}]" if b.get("issues") else ""
@@ -309,8 +309,8 @@ def junit_xml(entries: list[dict]) -> str:
 
 
 def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: list = ()) -> dict:
-    """Write results.json, junit.xml and report.html; return the buckets and the case table's
-    rows (explorer.records)."""
+    """Write results.json, junit.xml and report.html; return the buckets, the root causes and the
+    case table's rows (explorer.records)."""
     from pipeline.results.explorer import records
     from pipeline.results.html import render
 
@@ -331,7 +331,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     write_text(report_dir / "junit.xml", junit_xml(entries))
     cases = records(entries)
     write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases, found))
-    return {"buckets": groups, "records": cases}
+    return {"buckets": groups, "causes": found, "records": cases}
 
 
 def tool_versions(cfg, target) -> dict:
@@ -391,7 +391,7 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
         written = write_report(entries, folder, tool_versions(cfg, target), refused)
         groups = written["buckets"]
         every += written["records"]
-        text = summary(entries, groups, folder, refused) + "\n"
+        text = summary(entries, groups, folder, refused, written["causes"]) + "\n"
         write_text(cached, text)
         write_text(folder / "summary.key", key)
         print(heading + text, end="", file=out)
@@ -449,6 +449,6 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
         entries = [entry for _, entry in merged["cases"].values()]
         folder = cfg.report_dir(target)
         refused = list(merged["refused"].values())
-        groups = write_report(entries, folder, merged["tools"], refused)["buckets"]
+        written = write_report(entries, folder, merged["tools"], refused)
         print(f"target {target}: {len(entries)} cases, merged from {len(documents)} reports\n"
-              + summary(entries, groups, folder, refused), file=out or sys.stdout)
+              + summary(entries, written["buckets"], folder, refused, written["causes"]), file=out or sys.stdout)
