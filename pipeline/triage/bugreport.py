@@ -562,15 +562,71 @@ def _probe(cfg: Config, minimal: Case, bucket: str, deadline: float, log) -> lis
 def cause_index(entries: list[dict], chosen: dict, target: str) -> list[str]:
     """index.md's root causes (pipeline/results/causes.py), before its buckets: each with its
     flavors, stages and why its buckets are one, and its buckets (linked where reported)."""
-    from pipeline.results.causes import describe, root_causes
+    from pipeline.results.causes import describe
+    from pipeline.results.report import causes
 
-    found = root_causes([(e["bucket"], e) for e in entries])
+    found = causes(entries)
     lines = ["## Root causes", "", f"{len(found)} root causes of {sum(len(c['buckets']) for c in found)} buckets.", ""]
     for number, cause in enumerate(found, 1):
         lines.append(f"{number}. {describe(cause)}")
         lines += [f"   - [{title(b, target)}]({slug(b)}/report.md)" if b in chosen else f"   - {title(b, target)} "
                   "(not reported here)" for b in cause["buckets"]]
     return lines + ["", "## Buckets", ""]
+
+
+def report_md(cfg: Config, target: str, bucket: str) -> Path:
+    """Where the report.md of a bucket of `target` goes."""
+    return cfg.layout.bugreports(target) / slug(bucket) / "report.md"
+
+
+def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_name: dict, identity: dict,
+                   region: dict | None, budget: float, keep_data: bool, log) -> tuple[Path, dict | None]:
+    """One bucket's report: its minimal case (an earlier shrink of it, or a shrink now within
+    SHRINK_SHARE of `budget`), the boundary probes and the flag trials in the rest; the
+    report.md path and the region as shown (shown_region)."""
+    from dataclasses import replace
+
+    from pipeline.triage.culprit import examine, sections
+    from pipeline.triage.shrink import shrink
+
+    folder = report_md(cfg, target.name, bucket).parent
+    smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
+    case = by_name[smallest["case"]]
+    deadline = time.monotonic() + budget
+    summary = _earlier(cfg, target, bucket, identity, keep_data)
+    if summary is not None:
+        log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
+            f"({summary['minimal']['macs']:,} MACs)")
+    elif budget > 0:
+        log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
+        try:
+            summary = shrink(case, cfg, log=lambda line: log("  " + line), budget=budget * SHRINK_SHARE,
+                             keep_data=keep_data)
+        except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
+            log(f"  {err}; reporting the sweep's case as it is")
+            summary = None
+        if summary is not None and summary["signature"] != bucket:
+            log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
+            summary = None
+    origin = by_name.get(summary["original"]["case"]) if summary is not None else None
+    if origin is None:
+        region = shown_region(region, case, None)
+        return write_report(cfg, target, bucket, members, case, None, folder, region=region), region
+    # the case the shrink started from (any case of the bucket)
+    shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
+    minimal = replace(origin, category="shrink", expected=None,
+                      geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
+                      data_from=origin.geometry if summary.get("keep_data") else None)
+    original = replace(origin, category="shrink", expected=None)
+    swept = next((e for e in members if e["case"] == origin.name), {})
+    probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
+    region = shown_region(region, minimal, probed)
+    exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
+                   deadline, log) if budget > 0 else None
+    path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, folder,
+                        exam.findings if exam else (), sections(exam, summary, minimal, original) if exam else (),
+                        region=region, boundary=probed)
+    return path, region
 
 
 def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,
@@ -582,11 +638,8 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
     cases evaluated elsewhere) when given, else from every case of the target in this run.
     A bucket whose report.md is in `reported` (paths, written before) is listed, not redone;
     `on_report(bucket, path)` is called as each report is written."""
-    from dataclasses import replace
-
     from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature
-    from pipeline.triage.culprit import examine, sections
-    from pipeline.triage.shrink import shrink, tool_identity
+    from pipeline.triage.shrink import tool_identity
 
     written = []
     for target, selected in by_target(cfg, cases):
@@ -608,48 +661,13 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
         index = []
         for bucket in sorted(chosen, key=lambda b: (-len(chosen[b]), b)):
             members = chosen[bucket]
-            if str(root / slug(bucket) / "report.md") in (reported or ()):  # before (a resumed hunt): listed, not redone
-                path = root / slug(bucket) / "report.md"
+            path = report_md(cfg, target.name, bucket)
+            if str(path) in reported:  # written before (a resumed hunt): listed, not redone
                 regions[bucket] = {"status": "in its report"}
                 log(f"{target.name}: {slug(bucket)}: reported before: {path}")
             else:
-                smallest = min(members, key=lambda e: (macs(Geometry.from_dict(e["geometry"])), e["case"]))
-                case = by_name[smallest["case"]]
-                deadline = time.monotonic() + budget
-                summary = _earlier(cfg, target, bucket, identity, keep_data)
-                if summary is not None:
-                    log(f"{target.name}: {slug(bucket)}: reusing the shrink of {summary['case']} "
-                        f"({summary['minimal']['macs']:,} MACs)")
-                elif budget > 0:
-                    log(f"{target.name}: {slug(bucket)}: shrinking {case.name} within {budget * SHRINK_SHARE:g} s")
-                    try:
-                        summary = shrink(case, cfg, log=lambda line: log("  " + line), budget=budget * SHRINK_SHARE,
-                                         keep_data=keep_data)
-                    except ConfigError as err:  # it does not fail now: report the sweep's case as it failed
-                        log(f"  {err}; reporting the sweep's case as it is")
-                        summary = None
-                    if summary is not None and summary["signature"] != bucket:
-                        log(f"  it fails differently now ({summary['signature']}); reporting the sweep's case")
-                        summary = None
-                origin = by_name.get(summary["original"]["case"]) if summary is not None else None
-                if origin is not None:  # the case the shrink started from (any case of the bucket)
-                    shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
-                    minimal = replace(origin, category="shrink", expected=None,
-                                      geometry=Geometry.from_dict(summary["minimal"]["geometry"]),
-                                      data_from=origin.geometry if summary.get("keep_data") else None)
-                    original = replace(origin, category="shrink", expected=None)
-                    swept = next((e for e in members if e["case"] == origin.name), {})
-                    probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
-                    region = regions[bucket] = shown_region(regions[bucket], minimal, probed)
-                    exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
-                                   deadline, log) if budget > 0 else None
-                    path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, root / slug(bucket),
-                                        exam.findings if exam else (), sections(exam, summary, minimal, original)
-                                        if exam else (), region=region, boundary=probed)
-                else:
-                    regions[bucket] = shown_region(regions[bucket], case, None)
-                    path = write_report(cfg, target, bucket, members, case, None, root / slug(bucket),
-                                        region=regions[bucket])
+                path, regions[bucket] = _report_bucket(cfg, target, bucket, members, by_name, identity, regions[bucket],
+                                                       budget, keep_data, log)
                 if on_report is not None:
                     on_report(bucket, path)
             written.append(path)

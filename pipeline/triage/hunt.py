@@ -477,11 +477,10 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         write_report(mine, hunt_cfg.report_dir(target.name), tool_versions(hunt_cfg, target))
     reports = {}
     if state.found:
-        from pipeline.triage.bugreport import bugreports, slug
+        from pipeline.triage.bugreport import bugreports, report_md
 
         remaining = max(budget - (state.spent + time.monotonic() - start), 0.0)
-        left = [f for f in state.found.values()
-                if str(hunt_cfg.layout.bugreports(f.target) / slug(f.bucket) / "report.md") not in state.reported]
+        left = [f for f in state.found.values() if str(report_md(hunt_cfg, f.target, f.bucket)) not in state.reported]
         per_bucket = remaining / max(len(left), 1)
         log(f"hunt: {len(state.found)} new buckets: bug reports ({len(left)} to write), {per_bucket:.0f} s each")
 
