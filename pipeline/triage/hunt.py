@@ -252,7 +252,8 @@ class KnownMap:
     the share of its NEIGHBOURS nearest cases seen that did; with none seen, 0."""
 
     def __init__(self):
-        self.points: dict[tuple[str, str], list] = {}  # (target, variant) -> [(vector, known)]
+        self.points: dict[tuple[str, str], tuple[list, list]] = {}  # (target, variant) -> (vectors, known)
+        self._stacked: dict[tuple[str, str], tuple] = {}  # the same as arrays, made when first asked after a change
 
     @staticmethod
     def _vector(geometry: dict, variant: str):
@@ -263,18 +264,22 @@ class KnownMap:
         return np.sign(values) * np.log1p(np.abs(values))
 
     def add(self, target: str, variant: str, geometry: dict, known: bool) -> None:
-        self.points.setdefault((target, variant), []).append((self._vector(geometry, variant), known))
+        vectors, marks = self.points.setdefault((target, variant), ([], []))
+        vectors.append(self._vector(geometry, variant))
+        marks.append(known)
+        self._stacked.pop((target, variant), None)
 
     def p_known(self, case: Case) -> float:
         import numpy as np
 
-        seen = self.points.get((case.target, case.variant))
-        if not seen:
+        key = (case.target, case.variant)
+        if key not in self.points:
             return 0.0
-        here = self._vector(case.geometry.to_dict(), case.variant)
-        distances = np.array([np.sum((v - here) ** 2) for v, _ in seen])
-        nearest = np.argsort(distances, kind="stable")[:NEIGHBOURS]
-        return float(np.mean([seen[i][1] for i in nearest]))
+        if key not in self._stacked:  # asked for every candidate's cases: one array per change
+            self._stacked[key] = tuple(map(np.array, self.points[key]))
+        vectors, marks = self._stacked[key]
+        distances = ((vectors - self._vector(case.geometry.to_dict(), case.variant)) ** 2).sum(axis=1)
+        return float(marks[np.argsort(distances, kind="stable")[:NEIGHBOURS]].mean())
 
 
 class Hunt:
