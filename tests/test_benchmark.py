@@ -117,3 +117,13 @@ def test_the_table_prints_the_median_of_the_cold_pairs(pairs, median):
     lines = benchmark.table(figures).splitlines()
     assert f"  dask / cold: {median}" in lines, lines
     assert "  cold / floor: median 10.000, max 10.000" in lines
+
+
+def test_hunt_figures_count_root_causes_and_known_share_per_cpu_hour_of_search():
+    summary = {"geometries": 3, "cases": 10, "in_known_buckets": {"cases": 4, "of": 10, "share": 0.4},
+               "cpu_seconds": 1800.0, "new_buckets": [{"bucket": "a"}, {"bucket": "b"}, {"bucket": "c"}],
+               "new_root_causes": [{"buckets": ["a", "b"]}, {"buckets": ["c"]}], "bugreports": {"a": "r"}}
+    figures = benchmark.hunt_figures(summary)
+    assert figures["new buckets per CPU-hour"] == 6.0 and figures["new root causes per CPU-hour"] == 4.0
+    assert figures["in_known_buckets"]["share"] == 0.4 and figures["bugreports"] == 1
+    assert benchmark.hunt_figures(None)["new root causes per CPU-hour"] == 0.0  # a hunt that wrote no summary

@@ -16,10 +16,11 @@ import pytest
 from helpers import DOIT, ROOT, clean_env, doit
 
 from pipeline.results.region import features, matches
+from pipeline.results.report import signature
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import Category
 from pipeline.space.cases import make_cases
-from pipeline.triage.hunt import REPORTED, KnownMap, Space, boundary, coarse, neighbour, pairs
+from pipeline.triage.hunt import REPORTED, Found, KnownMap, Space, boundary, coarse, neighbour, new_root_causes, pairs
 
 CATEGORIES = [
     {"name": "t2d", "seed": 1, "rank": 2, "spatial": [6, 12], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
@@ -110,6 +111,27 @@ def test_a_candidate_among_cases_of_known_buckets_is_predicted_there_and_one_els
     near_passing = case(Geometry(1, (13,), (3,), (1,), 4, 4))
     assert known_map.p_known(near_known) >= 0.6 > 0.4 >= known_map.p_known(near_passing)
     assert known_map.p_known(case(near_known.geometry, "tflite_f32")) == 0.0  # no case seen in that flavor
+
+
+def test_new_buckets_sharing_a_geometry_at_one_stage_are_one_root_cause_per_target():
+    g1, g2 = Geometry(1, (12,), (2,), (4,), 3, 4), Geometry(1, (9,), (3,), (1,), 2, 2)
+    cases = {(n, v): next(c for c in make_cases([("t", g)], frozenset(), (), "llvm-cpu", (v,), "random"))
+             for n, g in (("a", g1), ("b", g2)) for v in ("onnx_f32", "onnx_bf16")}
+
+    def entry(case, message, status="error"):
+        return {"status": status, "stage": "compile", "reason": f"iree-compile exit status 1: error: {message}",
+                "backend": case.backend, "flavor": case.flavor, "geometry": case.geometry.to_dict()}
+
+    evaluated = [(cases["a", "onnx_f32"], entry(cases["a", "onnx_f32"], "one")),
+                 (cases["a", "onnx_bf16"], entry(cases["a", "onnx_bf16"], "two")),
+                 (cases["b", "onnx_f32"], entry(cases["b", "onnx_f32"], "three")),
+                 (cases["b", "onnx_bf16"], entry(cases["b", "onnx_bf16"], "listed"))]
+    one, two, three, listed = (signature(e) for _, e in evaluated)
+    found = {("llvm-cpu", b): Found("llvm-cpu", b, "x", [], []) for b in (one, two, three)}  # `listed` is known
+    causes = new_root_causes(evaluated, found)
+    assert sorted(sorted(c["buckets"]) for c in causes) == [sorted([one, two]), [three]]
+    assert all(c["target"] == "llvm-cpu" for c in causes)
+    assert next(c for c in causes if len(c["buckets"]) == 2)["joined_by"]
 
 
 # --- through doit hunt -----------------------------------------------------------------------------

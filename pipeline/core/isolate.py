@@ -112,6 +112,21 @@ def waited() -> float:
     return getattr(_waits, "seconds", 0.0)
 
 
+def helpers_cpu() -> float:
+    """CPU seconds of this process's live helpers and of their finished children (Linux: from
+    /proc): a helper is not waited for until it ends, so RUSAGE_CHILDREN leaves it out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for proc in list(_helpers.values()):
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone, or not Linux
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return total / tick
+
+
 def _discard(name: str, proc: subprocess.Popen) -> None:
     _helpers.pop(_key(name), None)
     _end(proc)

@@ -1,7 +1,7 @@
 """Benchmark: where a sweep's time goes, side by side in one invocation.
 
     python -m pipeline.dev.benchmark [--n 2] [--pairs K] [--spec FILE] [--out bench.json] [--work DIR]
-        [--hunt TARGET --hunt-budget S] [--skip-sweeps] [--torq-full]
+        [--hunt TARGETS --hunt-budget S] [--skip-sweeps] [--torq-full]
 
 Measures, on a fixed subset (CONV_SWEEP_N geometries per category): a cold `doit -n 2 sweep`;
 a no-op rerun; a second empty build folder on the store the cold run filled; a compile-flag
@@ -16,9 +16,10 @@ maximum: the machine's noise moves these most); `doit list` and a no-op
 `doit sweep` on the full default sweep (when its artifacts exist in the default build
 folder); and the peak resident memory of each run's whole process tree. With --torq-full,
 also a cold full default sweep on torq with the predicted limits and with the old fixed ones.
-With --hunt TARGET (and --hunt-budget S), `doit hunt` and its baseline sampler side by side,
-one core each, from cold stores: new buckets per CPU-hour of search, and their ratio
-(--skip-sweeps leaves out everything else). Prints a table and the ratios, and writes them as
+With --hunt TARGETS (and --hunt-budget S), `doit hunt` and its baseline (`--strategy cost`, the
+search without the known-bucket weighting) on every target, all side by side, one lane each,
+from cold stores: the share of cases in known buckets, new buckets and root causes per CPU-hour
+of search, and the ratios (--skip-sweeps leaves out everything else). Prints a table and the ratios, and writes them as
 JSON.
 """
 from __future__ import annotations
@@ -260,43 +261,65 @@ def torq_rows(work: Path) -> dict:
     return rows
 
 
-def hunt_rows(work: Path, target: str, budget: float) -> dict:
-    """Opt-in (--hunt TARGET, it takes the budget): `doit hunt` against its baseline, `doit hunt
-    --strategy sample` (further draws of the sweep's own categories), side by side on one lane
-    each (one core each of the two), at the same budget, each from a cold store and an empty
-    build folder, with the target's checked-in expected failures: distinct new buckets, per
-    CPU-hour of search (its seconds x its lanes), and the ratio."""
+HUNT_STRATEGIES = ("hunt", "cost")  # the hunt, and its baseline: the same search without the known-bucket weighting
+
+
+def hunt_rows(work: Path, targets: list[str], budget: float, strategies=HUNT_STRATEGIES) -> dict:
+    """Opt-in (--hunt TARGETS, it takes the budget): `doit hunt --strategy S` for each target
+    and strategy, all at once, one lane each, at the same budget, each from a cold store and an
+    empty build folder, with the target's checked-in expected failures. Per target: each run's
+    figures (hunt_figures), and the first strategy's rates over each other's."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
-    runs, threads = {}, []
-    for strategy in ("hunt", "sample"):
-        build = work / f"hunt-{target.replace('@', '-')}-{strategy}"
-        env = {**base, "CONV_SWEEP_TARGET": target, "CONV_SWEEP_BUILD_DIR": str(build),
-               "CONV_SWEEP_CACHE_DIR": str(work / f"store-hunt-{target.replace('@', '-')}-{strategy}")}
-        argv = [sys.executable, "-m", "doit", "hunt", "--budget", f"{budget:g}", "--strategy", strategy, "--lanes", "1"]
+    runs: dict[str, dict] = {target: {} for target in targets}
+    threads = []
+    for target in targets:
+        for strategy in strategies:
+            name = f"{target.replace('@', '-')}-{strategy}"
+            env = {**base, "CONV_SWEEP_TARGET": target, "CONV_SWEEP_BUILD_DIR": str(work / f"hunt-{name}"),
+                   "CONV_SWEEP_CACHE_DIR": str(work / f"store-hunt-{name}")}
+            argv = [sys.executable, "-m", "doit", "hunt", "--budget", f"{budget:g}", "--strategy", strategy,
+                    "--lanes", "1"]
 
-        def one(strategy=strategy, argv=argv, env=env, build=build):
-            measured = measure(argv, env)
-            (work / f"hunt-{strategy}.log").write_text(measured["stdout"] + measured["stderr"])
-            try:
-                summary = json.loads((build / "hunt" / "summary.json").read_text())
-            except (OSError, ValueError):
-                summary = {"new_buckets": [], "search_seconds": 0, "lanes": 1, "geometries": 0, "cases": 0}
-            hours = summary["search_seconds"] * summary["lanes"] / 3600
-            runs[strategy] = {"seconds": measured["seconds"], "returncode": measured["returncode"],
-                              "geometries": summary["geometries"], "cases": summary["cases"],
-                              "search_cpu_hours": round(hours, 3), "cpu_seconds": summary.get("cpu_seconds"),
-                              "new_buckets": [b["bucket"] for b in summary["new_buckets"]],
-                              "bugreports": len(summary.get("bugreports", {})),
-                              "per_cpu_hour": round(len(summary["new_buckets"]) / hours, 2) if hours else 0.0}
+            def one(target=target, strategy=strategy, name=name, argv=argv, env=env):
+                measured = measure(argv, env)
+                (work / f"hunt-{name}.log").write_text(measured["stdout"] + measured["stderr"])
+                try:
+                    summary = json.loads((work / f"hunt-{name}" / "hunt" / "summary.json").read_text())
+                except (OSError, ValueError):
+                    summary = None
+                runs[target][strategy] = {"seconds": measured["seconds"], "returncode": measured["returncode"],
+                                          **hunt_figures(summary)}
 
-        threads.append(threading.Thread(target=one))
-        threads[-1].start()
+            threads.append(threading.Thread(target=one))
+            threads[-1].start()
     for thread in threads:
         thread.join()
-    sampled = runs["sample"]["per_cpu_hour"]
-    runs["hunt / sample (new buckets per CPU-hour)"] = round(runs["hunt"]["per_cpu_hour"] / sampled, 2) if sampled \
-        else (float("inf") if runs["hunt"]["per_cpu_hour"] else None)
+    for target in targets:
+        first, *others = strategies
+        for other in others:
+            for rate in ("new buckets per CPU-hour", "new root causes per CPU-hour"):
+                a, b = runs[target][first][rate], runs[target][other][rate]
+                runs[target][f"{first} / {other} ({rate})"] = round(a / b, 2) if b else (float("inf") if a else None)
     return runs
+
+
+def hunt_figures(summary: dict | None) -> dict:
+    """One hunt's figures from its summary.json (None: it wrote none): cases, the share of them
+    in known buckets (the sweep's or listed), new buckets and their root causes, the CPU
+    seconds of its search (its process, its finished tools and its helpers), and new buckets and
+    root causes per CPU-hour of that search."""
+    if summary is None:
+        return {"geometries": 0, "cases": 0, "in_known_buckets": None, "cpu_seconds": 0.0, "new_buckets": [],
+                "new_root_causes": [], "bugreports": 0, "new buckets per CPU-hour": 0.0,
+                "new root causes per CPU-hour": 0.0}
+    hours = summary["cpu_seconds"] / 3600
+    buckets, causes = summary["new_buckets"], summary["new_root_causes"]
+    return {"geometries": summary["geometries"], "cases": summary["cases"],
+            "in_known_buckets": summary["in_known_buckets"], "cpu_seconds": summary["cpu_seconds"],
+            "new_buckets": [b["bucket"] for b in buckets], "new_root_causes": causes,
+            "bugreports": len(summary.get("bugreports", {})),
+            "new buckets per CPU-hour": round(len(buckets) / hours, 2) if hours else 0.0,
+            "new root causes per CPU-hour": round(len(causes) / hours, 2) if hours else 0.0}
 
 
 def false_cuts(predicted: Path, fixed: Path, target: str) -> list[str]:
@@ -347,14 +370,17 @@ def table(figures: dict) -> str:
             values = sorted(p[ratio] for p in pairs)
             lines.append(f"  {ratio}: median {statistics.median(values):.3f}, max {values[-1]:.3f}")
     for target, rows in figures.get("hunt", {}).items():
-        for strategy in ("hunt", "sample"):
-            r = rows[strategy]
-            lines.append(f"doit hunt --strategy {strategy} on {target}: {len(r['new_buckets'])} new buckets in "
-                         f"{r['geometries']} geometries ({r['cases']} cases), {r['search_cpu_hours']:.2f} CPU-hours "
-                         f"of search: {r['per_cpu_hour']:.2f} per CPU-hour; {r['bugreports']} bug reports (exit "
-                         f"{r['returncode']})")
+        for strategy, r in rows.items():
+            if not isinstance(r, dict):
+                lines.append(f"{strategy} on {target}: {r}")
+                continue
+            known = r["in_known_buckets"] or {"cases": 0, "of": 0, "share": 0.0}
+            lines.append(f"doit hunt --strategy {strategy} on {target}: {r['cases']} cases ({r['geometries']} geometries), "
+                         f"{known['cases']} of them ({known['share']:.0%}) in known buckets; {len(r['new_buckets'])} new "
+                         f"buckets, {len(r['new_root_causes'])} new root causes in {r['cpu_seconds'] / 3600:.2f} CPU-hours "
+                         f"of search: {r['new root causes per CPU-hour']:.2f} root causes per CPU-hour; "
+                         f"{r['bugreports']} bug reports (exit {r['returncode']})")
             lines += [f"    {b[:150]}" for b in r["new_buckets"]]
-        lines.append(f"hunt / sample on {target} (new buckets per CPU-hour): {rows['hunt / sample (new buckets per CPU-hour)']}")
     for name, r in figures.get("torq", {}).items():
         if name == "false cuts":
             lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")
@@ -375,8 +401,9 @@ def main(argv=None) -> int:
     parser.add_argument("--torq-full", action="store_true",
                         help="also a cold full default sweep on torq, with predicted and with fixed limits (hours)")
     parser.add_argument("--hunt", default="",
-                        help="targets (comma-separated) on which `doit hunt` and its baseline sampler run side by side")
-    parser.add_argument("--hunt-budget", type=float, default=3600, help="seconds of each of the two (default 3600)")
+                        help="targets (comma-separated) on which `doit hunt` and its baseline (--strategy cost) run, "
+                             "all side by side")
+    parser.add_argument("--hunt-budget", type=float, default=3600, help="seconds of each hunt (default 3600)")
     parser.add_argument("--skip-sweeps", action="store_true", help="only the opt-in rows (--hunt, --torq-full)")
     args = parser.parse_args(argv)
     if args.pairs < 1:
@@ -384,8 +411,8 @@ def main(argv=None) -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="conv-sweep-bench-"))
     try:
         figures = {"runs": {}, "ratios": {}} if args.skip_sweeps else run(args.n, args.spec, work, args.pairs)
-        for target in filter(None, args.hunt.split(",")):
-            figures.setdefault("hunt", {})[target] = hunt_rows(work, target, args.hunt_budget)
+        if args.hunt:
+            figures["hunt"] = hunt_rows(work, list(filter(None, args.hunt.split(","))), args.hunt_budget)
         if args.torq_full:
             figures["torq"] = torq_rows(work)
     finally:

@@ -21,9 +21,11 @@ evaluates is the best of a few candidates from three generators:
 Candidates are ranked by how many pairs of coarse features (kernel class, stride against
 kernel, channel parity, dilation, groups, padding, ...) they cover that no case evaluated has
 covered yet (pairwise coverage), over the square root of their predicted cost: cheap
-geometries that combine dimensions in untried ways come first. `--strategy sample` is the
-baseline the hunt is measured against: further draws of the run's own categories, past the
-sweep's N, evaluated the same way.
+geometries that combine dimensions in untried ways come first, each weighted by the share of
+its cases not predicted to land in a known bucket (KnownMap). Two baselines the hunt is
+measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
+without that weighting (the hunt as it was before it), and `--strategy sample`, further draws
+of the run's own categories, past the sweep's N, evaluated the same way.
 
 Why not Hypothesis: its search runs one example at a time (a geometry's cases here run on
 every lane at once), ends at the first failure of each exception origin and shrinks it there
@@ -69,7 +71,7 @@ from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import LANES, Category
 from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_value
 
-STRATEGIES = ("hunt", "sample")
+STRATEGIES = ("hunt", "cost", "sample")
 SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get the rest
 CANDIDATES = 12  # candidates drawn per geometry chosen
 EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring near it
@@ -389,11 +391,14 @@ class Hunt:
 
         def score(item):
             """Untried pairs of coarse features per square root of predicted seconds, weighted by
-            the share of its cases not predicted to land in a known bucket (KnownMap)."""
+            the share of its cases not predicted to land in a known bucket (KnownMap; not for
+            the `cost` baseline)."""
             g, source = item
             cases = self.cases_of(g, source)
             gain = len(pairs(g) - self.covered) + (EDGE_BONUS if source == "edge" else 0)
             seconds = sum(self.estimate(c) for c in cases) or 1.0
+            if self.strategy == "cost":
+                return (gain + 0.5) / math.sqrt(seconds)
             unknown = 1.0 - sum(self.map.p_known(c) for c in cases) / max(len(cases), 1)
             return (gain + 0.5) / math.sqrt(seconds) * (UNKNOWN_FLOOR + unknown)
 
@@ -408,6 +413,12 @@ class Hunt:
             if self._usable(g):
                 return g, "sample"
         return None
+
+    def in_known(self) -> dict:
+        """How many of the hunt's cases failed in a known bucket (the sweep's or a listed one),
+        of how many, and the share."""
+        known = sum(1 for e in self.entries.values() if e.get("bucket") and (e["target"], e["bucket"]) in self.known)
+        return {"cases": known, "of": len(self.entries), "share": round(known / len(self.entries), 3) if self.entries else 0.0}
 
     def progress(self, start: float, budget: float, running: int) -> str:
         new = ", ".join(f"{f.target}: {f.bucket[:70]} ({len(f.cases)})" for f in self.found.values())
@@ -501,6 +512,8 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         "search_seconds": round(searched, 1), "cpu_seconds": round(cpu, 1),
         "geometries": len(state.geometries), "cases": len(state.entries),
         "known_buckets": len(state.known),
+        "in_known_buckets": state.in_known(),
+        "new_root_causes": new_root_causes(list(zip(hunt_cases, entries)), state.found),
         "new_buckets": [{"target": f.target, "bucket": f.bucket, "first_case": f.first, "cases": len(f.cases),
                          "examples": f.cases[:5]} for f in state.found.values()],
         "bugreports": reports,
@@ -511,6 +524,21 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     log(f"hunt: {len(state.found)} new buckets in {len(state.geometries)} geometries ({len(state.entries)} cases), "
         f"search {searched:.0f} s; summary {folder / SUMMARY}; cases in {folder / SPEC}, new buckets' in {folder / FOUND}")
     return summary
+
+
+def new_root_causes(evaluated: list[tuple[Case, dict]], found: dict) -> list[dict]:
+    """The root causes (pipeline/results/causes.py) of the new buckets, per target, from the
+    hunt's cases in them (`evaluated`: each case with its result entry)."""
+    from pipeline.results.causes import root_causes
+
+    causes = []
+    for target in sorted({f.target for f in found.values()}):
+        new = {f.bucket for f in found.values() if f.target == target}
+        failing = [(signature(e), e) for c, e in evaluated
+                   if c.target == target and e["status"] in TOOL_FAILURES and signature(e) in new]
+        causes += [{"target": target, "buckets": cause["buckets"], "joined_by": cause["joined_by"]}
+                   for cause in root_causes(failing)]
+    return causes
 
 
 def _write_specs(folder: Path, state: Hunt, cases: list[Case]) -> None:
@@ -530,6 +558,9 @@ def _write_specs(folder: Path, state: Hunt, cases: list[Case]) -> None:
 
 
 def _cpu() -> float:
-    """CPU seconds of this process and its finished children."""
+    """CPU seconds of this process, its finished children and its live helpers (the model
+    builders and oracles, alive for the whole hunt)."""
+    from pipeline.core.isolate import helpers_cpu
+
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + helpers_cpu()
