@@ -20,7 +20,7 @@ from pipeline.core.chain import MLIR, MLIR_BYTECODE
 from pipeline.core.errors import ConfigError
 from pipeline.core.executables import resolve
 from pipeline.core.tools import fixed_addresses_launch
-from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, joined, load_spec
+from pipeline.space.sweep import DEFAULT_N, PROFILES, SweepSpec, joined, load_spec, profile_spec
 from pipeline.space.geometry import macs as geometry_macs
 from pipeline.core.layout import Layout
 from pipeline.targets import cost
@@ -59,7 +59,7 @@ KNOBS = (
     Knob("CONV_SWEEP_TOOL_FILES", "none", "files (separated like PATH) identifying a launcher script's tool"),
     Knob("CONV_SWEEP_BUDGET", "the profiles'", "compile=S,run=S: every selected target's budgets"),
     Knob("CONV_SWEEP_TIMEOUTS", TIMEOUT_MODES[0], "predicted (limits follow a case's predicted cost) or fixed"),
-    Knob("CONV_SWEEP_PROFILE", DEFAULT_PROFILE, "built-in geometry profile: seed or extended"),
+    Knob("CONV_SWEEP_PROFILE", DEFAULT_PROFILE, "built-in geometry profile: seed, extended or networks"),
     Knob("CONV_SWEEP_SPEC", "built-in categories", "JSON file replacing the sweep definition"),
     Knob("CONV_SWEEP_INCLUDE", "none", "spec files (separated like PATH) whose geometries join the sweep's, e.g. build/hunt/found.json"),
     Knob("CONV_SWEEP_COMPILE_ONLY", "empty", "flavors only compiled, e.g. onnx_bf16,tflite_w8i8"),
@@ -225,7 +225,7 @@ class Config:
         if spec_path and env.get("CONV_SWEEP_PROFILE", "").strip():
             raise ConfigError("CONV_SWEEP_PROFILE", profile,
                               "cannot be combined with CONV_SWEEP_SPEC, whose file lists its own categories")
-        spec = load_spec(base / spec_path) if spec_path else SweepSpec(PROFILES[profile])
+        spec = load_spec(base / spec_path) if spec_path else profile_spec(profile)
         included = [p for p in env.get("CONV_SWEEP_INCLUDE", "").split(os.pathsep) if p.strip()]
         spec = joined(spec, [(f"CONV_SWEEP_INCLUDE ({p})", load_spec(base / p, "CONV_SWEEP_INCLUDE"))
                              for p in included])

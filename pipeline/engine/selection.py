@@ -6,6 +6,10 @@ report prints the case's name; `doit verify:<case>` (and `vmfb:`) selects that c
 every selected target. A pattern (`*`) that matches nothing stops the command before any
 task, naming the pattern: doit would otherwise run nothing and exit 0.
 
+`<stage>:net:<network>` (`doit 'verify:net:mobilenet_v2'`) selects the stage's tasks of every
+case whose geometry is one of that network's conv layers (the networks profile:
+pipeline/space/networks.py), on every selected target.
+
 The run, clean, forget, ignore and reset-dep commands (pipeline/engine/command.py) expand
 their selection with `expand` before doit reads it: a pattern is matched here, once, and doit
 and the run command read the task names it matched. Nothing is added to the task list, so
@@ -16,8 +20,39 @@ from __future__ import annotations
 from doit.exceptions import InvalidCommand
 
 from pipeline.core.chain import SHARED_TASKS, TASKS
+from pipeline.core.errors import ConfigError
+from pipeline.space.cases import DATA_SUFFIXES
 
 PER_TARGET = tuple(t for t in TASKS if t not in SHARED_TASKS)  # the tasks named <case>@<target>
+
+
+NETWORK = "net:"  # <stage>:net:<network>
+
+
+def geometry_id(task: str) -> str:
+    """The geometry id in a case task's name (<stage>:conv_<backend>_<flavor>_<id>[<data>]@<target>)."""
+    case = task.split(":", 1)[-1].rsplit("@", 1)[0]
+    for suffix in DATA_SUFFIXES.values():
+        if suffix and case.endswith(suffix):
+            case = case[:-len(suffix)]
+    parts = case.split("_", 3)
+    return parts[3] if len(parts) == 4 and parts[0] == "conv" else ""
+
+
+def network_tasks(item: str, stage: str, network: str, names: list[str]) -> list[str]:
+    """The stage's tasks of the cases of a network's conv layers; an InvalidCommand when the
+    network is unknown or none of its cases is in the sweep."""
+    from pipeline.space.networks import geometry_ids
+
+    try:
+        ids = geometry_ids(network)
+    except ConfigError as err:
+        raise InvalidCommand(f'"{item}": {err}') from None
+    found = [n for n in names if n.startswith(f"{stage}:conv_") and "@" in n and geometry_id(n) in ids]
+    if not found:
+        raise InvalidCommand(f'"{item}" matches no task: none of the {len(ids)} geometries of {network} is in '
+                             f"this sweep (CONV_SWEEP_PROFILE=networks sweeps them)")
+    return found
 
 
 def closest(pattern: str, names: list[str], wild, most: int = 3) -> list[str]:
@@ -76,6 +111,9 @@ def expand(selection: list[str], names: list[str], wild, positional: frozenset =
             out.extend(matched)
             continue
         stage, sep, case = item.partition(":")
+        if sep and case.startswith(NETWORK):
+            out.extend(network_tasks(item, stage, case[len(NETWORK):], names))
+            continue
         if sep and stage in PER_TARGET and item not in known and "@" not in case:
             on_targets = [n for n in names if n.startswith(f"{item}@")]
             if on_targets:

@@ -169,7 +169,9 @@ EXTENDED_CATEGORIES = (
     Category("mix1d", 166, rank=1, spatial=(16, 128), kernel=(1, 9), stride=(1, 4), channels=(1, 128),
              padding="any", channel_values="any", dilation=(1, 4), groups="any", batch=(1, 4)),
 )
-PROFILES = {"seed": DEFAULT_CATEGORIES, "extended": DEFAULT_CATEGORIES + EXTENDED_CATEGORIES}
+# profile -> its categories; the networks profile has none, only the conv layers of its networks
+# (pipeline/space/networks.py), one geometry each
+PROFILES = {"seed": DEFAULT_CATEGORIES, "extended": DEFAULT_CATEGORIES + EXTENDED_CATEGORIES, "networks": ()}
 DEFAULT_N = 50
 
 
@@ -191,6 +193,13 @@ class SweepSpec:
                 seen.add(geometry)
                 out.append((name, geometry))
         return out
+
+
+def profile_spec(profile: str) -> SweepSpec:
+    """A built-in profile's spec (CONV_SWEEP_PROFILE)."""
+    from pipeline.space import networks
+
+    return SweepSpec(PROFILES[profile], networks.geometries() if profile == "networks" else ())
 
 
 _CATEGORY_FIELDS = {f.name for f in fields(Category)}
