@@ -8,7 +8,7 @@ import pytest
 from pipeline.engine.selection import expand, geometry_id
 from pipeline.space import networks
 from pipeline.space.cases import make_cases
-from pipeline.space.geometry import Geometry
+from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import profile_spec
 
 # the architectures' own conv counts (Conv2D, DepthwiseConv2D), from their papers' block tables
@@ -67,3 +67,40 @@ def test_a_network_selector_picks_exactly_its_layers_cases_on_every_target():
         expand(["verify:net:resnet5"], names, lambda p: fnmatch.filter(names, p))
     with pytest.raises(Exception, match="matches no task"):
         expand(["verify:net:resnet50"], [n for n in names if geometry_id(n) not in ids], lambda p: [])
+
+
+def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_over_uses():
+    from pipeline.results import networks as view
+    from pipeline.results.html import _networks_section
+    from pipeline.results.report import signature, summary
+
+    used = [(layer, g) for name, layer, g in networks.layers() if name == "resnet50"]
+    distinct = list(dict.fromkeys(g for _, g in used))
+    shared = max(distinct, key=lambda g: sum(x == g for _, x in used))  # a geometry several layers use
+    uses = sum(g == shared for _, g in used)
+    assert uses > 1
+    entries = []
+    for i, g in enumerate(distinct):
+        failing = g == shared
+        entries.append({"case": f"c{i}", "backend": "tflite", "flavor": "w8i8", "geometry": g.to_dict(), "category": "net_resnet50",
+                        "status": "error" if failing else "pass", "stage": "compile" if failing else None,
+                        "reason": "torq-compile exit status 1: error: no lowering" if failing else "ok",
+                        "perf": {"macs": macs(g)} if failing else
+                        {"macs": macs(g), "estimated_npu_cycles": 1000.0 + i, "macs_per_cycle": macs(g) / (1000.0 + i)}})
+    (row,) = view.view(entries, signature)  # only resnet50 has cases here
+    f = row["flavors"]["tflite_w8i8"]
+    assert row["network"] == "resnet50" and f["layers"] == len(used) == 53
+    assert f["pass"] == len(used) - uses and len(f["failing"]) == uses and f["missing"] == 0
+    assert {x["layer"] for x in f["failing"]} == {layer["layer"] for layer, g in used if g == shared}
+    assert all(x["bucket"] == signature(entries[distinct.index(shared)]) for x in f["failing"])
+    cycles = {g: e["perf"].get("estimated_npu_cycles") for g, e in zip(distinct, entries)}
+    c = row["cycles"]["tflite_w8i8"]
+    assert c["total"] == sum(cycles[g] for _, g in used if cycles[g]) and c["layers"] == len(used) - uses
+    assert [t["cycles"] for t in c["top"]] == sorted((cycles[g] for _, g in used if cycles[g]), reverse=True)[:5]
+    text = summary(entries)
+    assert f"resnet50 (53 conv layers):\n  tflite_w8i8: {len(used) - uses} of 53 pass; {uses} fail:" in text
+    page = _networks_section([row])
+    assert "<h2>Networks</h2>" in page and f"<td>{len(used) - uses} of 53</td>" in page and "costliest" in page
+    # a layer with no case of a flavor is missing, not passing
+    (row,) = view.view(entries[1:], signature)
+    assert row["flavors"]["tflite_w8i8"]["missing"] == sum(g == distinct[0] for _, g in used)

@@ -191,9 +191,38 @@ def _cause_rows(causes) -> str:
         "<tr><td colspan=6>no failures</td></tr>"
 
 
-def render(entries, cols, rows, groups, tools, refused=(), records=None, causes=()) -> str:
+def _network_rows(networks_) -> str:
+    """The per-network view (pipeline/results/networks.py): a row per network and flavor."""
+    e = html.escape
+    out = []
+    for row in networks_:
+        for v, f in row["flavors"].items():
+            failing = "<br>".join(f"{e(x['layer'])}: {e(x['status'])} at {e(str(x['stage']))}: <code>{e(x['bucket'][:160])}</code>"
+                                  for x in f["failing"])
+            c = row["cycles"].get(v)
+            cost = (f"{c['total']:,.0f} ({c['layers']} of {c['of']} layers); costliest: "
+                    + ", ".join(f"{e(t['layer'])} {t['cycles']:,.0f}" + (f" ({t['macs_per_cycle']:.1f} MACs/cycle)"
+                                if t.get("macs_per_cycle") else "") for t in c["top"])) if c else ""
+            out.append(f"<tr><td>{e(row['network'])}</td><td>{e(v)}</td><td>{f['pass']} of {f['layers']}"
+                       f"{f', {m} not swept'.format(m=f['missing']) if f['missing'] else ''}</td><td>{failing}</td>"
+                       f"<td>{cost}</td></tr>")
+    return "".join(out)
+
+
+def _networks_section(networks_) -> str:
+    if not networks_:
+        return ""
+    return ("<h2>Networks</h2>\n<p>The conv layers of each network of the networks profile: a layer passes when its "
+            "geometry's case of the flavor passes. The conv stack's cycles (torq) sum the compiler's estimate over the "
+            "layers, each counted once per use.</p>\n<table class=\"buckets\"><tr><th>network</th><th>flavor</th>"
+            "<th>layers passing</th><th>failing layers</th><th>estimated NPU cycles</th></tr>"
+            f"{_network_rows(networks_)}</table>\n")
+
+
+def render(entries, cols, rows, groups, tools, refused=(), records=None, causes=(), networks_=()) -> str:
     """The page; `records` are the case table's rows (explorer.records), made here if not given;
-    `causes` the root causes of the failures (pipeline/results/causes.py), shown before the buckets."""
+    `causes` the root causes of the failures (pipeline/results/causes.py), shown before the buckets;
+    `networks_` the per-network view, where the sweep holds networks' layers."""
     e = html.escape
     reasons: dict[str, list] = {}
     for r in refused:
@@ -230,7 +259,7 @@ expected), xfail (failed at the listed stage with the listed bucket), changed (f
 with another bucket: fails the run), xpass (listed, but passed: fails the run).</p>
 <h2>Summary</h2>
 <table><tr>{head}</tr>{body}</table>
-<h2>Root causes</h2>
+{_networks_section(networks_)}<h2>Root causes</h2>
 <p>Failure buckets that are one bug: a geometry fails in each at the same stage (in other flavors), or one
 mis-lowering explains their wrong answers. Each row lists its buckets, biggest first.</p>
 <table class="buckets"><tr><th>cases</th><th>buckets</th><th>flavors</th><th>stages</th><th>geometries</th><th>joined by</th></tr>{_cause_rows(causes)}</table>

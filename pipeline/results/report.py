@@ -17,6 +17,7 @@ from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
 from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, read_result
 from pipeline.results.causes import describe as describe_cause, root_causes
+from pipeline.results import networks
 from pipeline.results.region import learn
 from pipeline.core.tools import write_text
 
@@ -232,6 +233,7 @@ def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir:
             refused: list = (), causes_: list[dict] | None = None) -> str:
     cols, rows = summary_rows(entries)
     parts = [format_table(["", *cols, "total"], rows)]
+    parts += networks.lines(networks.view(entries, signature))
     parts += refusal_summary(list(refused))
     totals = stage_totals(entries)
     if totals:
@@ -323,14 +325,15 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
                 "int8_allowance": int8_allowance(entries), "separate_bias_step": bias_step(entries),
                 "oracle_cross_check": oracle_cross_check(entries),
                 "stage_seconds": stage_totals(entries), "store": store_hits(entries),
-                "performance": by_flavor(entries),
+                "performance": by_flavor(entries), "networks": networks.view(entries, signature),
                 "refused": [{"case": r.name, "variant": r.variant, "category": r.category, "reason": r.reason}
                             for r in refused],
                 "cases": entries}
     write_text(report_dir / "results.json", json.dumps(document, indent=1) + "\n")
     write_text(report_dir / "junit.xml", junit_xml(entries))
     cases = records(entries)
-    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases, found))
+    write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases, found,
+                                                  document["networks"]))
     return {"buckets": groups, "causes": found, "records": cases}
 
 
