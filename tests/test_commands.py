@@ -17,7 +17,7 @@ from pipeline.engine.commands import SPECS, CommandSpec, options_after, perform
 
 from helpers import ROOT
 
-COMMANDS = ["sweep", "report", "compare", "shrink", "bugreport", "hunt", "bisect", "refused", "export_xfails",
+COMMANDS = ["sweep", "report", "compare", "shrink", "bugreport", "hunt", "bisect", "refused", "extract", "export_xfails",
             "import_xfails", "prune_store", "calibrate", "accept_failures"]
 RUN = SimpleNamespace(cfg=SimpleNamespace(layout=Layout(Path("build"))))  # a stand-in: the checks never look at it
 
@@ -60,7 +60,7 @@ def test_the_commands_that_work_in_folders_of_their_own_take_no_lock():
             self.meta = meta
 
     unlocked = {s.name for s in SPECS if not commands.takes_lock(Task(commands.task(s, RUN)["meta"]))}
-    assert unlocked == {"shrink", "calibrate", "prune_store"}
+    assert unlocked == {"shrink", "calibrate", "prune_store", "extract"}
     assert commands.takes_lock(Task(None)) and commands.takes_lock(Task({"conv_sweep": {"stage": "vmfb"}}))
 
 
@@ -117,7 +117,7 @@ def test_an_option_check_names_the_option_and_its_value(spec, given, field):
 
 def test_the_defaults_pass_every_option_check():
     given = {"compare": {"old": "a", "new": "b"}, "shrink": {"cases": ["conv_a"]}, "import_xfails": {"files": ["x"]},
-             "bisect": {"subject": ["conv_a"], "versions": "3.9.0..3.13.0"}}
+             "bisect": {"subject": ["conv_a"], "versions": "3.9.0..3.13.0"}, "extract": {"model": ["m.tflite"]}}
     for spec in SPECS:
         if spec.check:
             spec.check(**_defaults(spec, **given.get(spec.name, {})))

@@ -66,20 +66,11 @@ def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
 
 
 def model_ops(model: Path) -> list[dict]:
-    """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs"}, read
-    from the flatbuffer with LiteRT's own schema (the interpreter has no public op list; its
-    tensor indices are the subgraph's)."""
-    from ai_edge_litert import schema_py_generated as schema
+    """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs"} (its
+    tensor indices are the subgraph's, as the interpreter's)."""
+    from pipeline.frontends.extract import tflite_ops
 
-    flat = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(Path(model).read_bytes(), 0))
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    ops = []
-    for op in flat.subgraphs[0].operators:
-        code = flat.operatorCodes[op.opcodeIndex]
-        # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
-        ops.append({"op_name": names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"),
-                    "inputs": [int(i) for i in op.inputs]})
-    return ops
+    return [{"op_name": name, "inputs": [int(i) for i in op.inputs]} for name, op in tflite_ops(model)[1]]
 
 
 def tflite_weights(case: Case, model: Path) -> ModelWeights:

@@ -309,6 +309,36 @@ REFUSED = CommandSpec("refused", "List the cases not generated (a frontend refus
                       _refused)
 
 
+def _check_extract(model, out):
+    if len(model) != 1:
+        raise Usage("extract", "doit extract MODEL.tflite|MODEL.onnx [--out SPEC.json]: one model file")
+    return {"model": Path(model[0])}
+
+
+def _extract(run, model, out):
+    """The model's convs as a spec file (pipeline/frontends/extract.py)."""
+    import json
+
+    from pipeline.core.tools import write_text
+    from pipeline.frontends.extract import extract
+
+    spec = extract(model, f"doit extract {model}")
+    path = Path(out) if out else Path(f"{model.stem}-convs.json")
+    write_text(path, json.dumps(spec, indent=1) + "\n")
+    layers = sum(len(g["layers"]) for g in spec["geometries"])
+    print(f"conv-sweep: {model}: {layers} conv layers, {len(spec['geometries'])} distinct geometries; "
+          f"{len(spec['skipped'])} skipped" + "".join(f"\n  skipped {s['layer']} ({s['op']}): {s['reason']}"
+                                                         for s in spec["skipped"]))
+    print(f"conv-sweep: wrote {path}: sweep it with CONV_SWEEP_SPEC={path} (or add it with CONV_SWEEP_INCLUDE)")
+
+
+EXTRACT = CommandSpec(
+    "extract", "Write a spec file of a model's convolutions (doit extract MODEL.tflite|MODEL.onnx --out SPEC.json).",
+    _extract, check=_check_extract, pos_arg="model", lock=False, params=(
+        {"name": "out", "long": "out", "default": "",
+         "help": "the spec file to write (default: <model's name>-convs.json in the current folder)"},))
+
+
 def _check_export_xfails(params):
     if not params or any(c.isspace() or c in "[]" for c in params):
         raise ConfigError("doit export_xfails --params", params, "must be upstream's test parameters, e.g. sim-sl2610-v1")
@@ -398,5 +428,5 @@ ACCEPT_FAILURES = CommandSpec(
     "accept_failures", "Rewrite the expected-failures file from the latest results (keeps issue links and comments).",
     _accept_failures)
 
-SPECS = (SWEEP, REPORT, COMPARE, SHRINK, BUGREPORT, HUNT, BISECT, REFUSED, EXPORT_XFAILS, IMPORT_XFAILS, PRUNE_STORE,
+SPECS = (SWEEP, REPORT, COMPARE, SHRINK, BUGREPORT, HUNT, BISECT, REFUSED, EXTRACT, EXPORT_XFAILS, IMPORT_XFAILS, PRUNE_STORE,
          CALIBRATE, ACCEPT_FAILURES)

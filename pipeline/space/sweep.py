@@ -206,12 +206,15 @@ _CATEGORY_FIELDS = {f.name for f in fields(Category)}
 
 
 def load_spec(path: str | Path, knob: str = "CONV_SWEEP_SPEC") -> SweepSpec:
-    """Read a JSON sweep spec: {"categories": [...], "geometries": [{"category": ..., ...}]}."""
+    """Read a JSON sweep spec: {"categories": [...], "geometries": [{"category": ..., ...}]}. A
+    geometry may list the model layers that use it (`layers`), and the file may say where it
+    came from (`source`) and what it left out (`skipped`), as `doit extract` writes them: read
+    by people, not by the sweep."""
     where = f"{knob} ({path})"
     data = load_json(path, knob)
-    if not isinstance(data, dict) or set(data) - {"categories", "geometries"}:
+    if not isinstance(data, dict) or set(data) - {"categories", "geometries", "source", "skipped"}:
         raise ConfigError(where, data if not isinstance(data, dict) else sorted(data),
-                          'must be an object with keys "categories" and/or "geometries"')
+                          'must be an object with keys "categories" and/or "geometries" (and "source", "skipped")')
     categories = []
     for i, raw in enumerate(data.get("categories", [])):
         here = f"{where}.categories[{i}]"
@@ -233,6 +236,8 @@ def load_spec(path: str | Path, knob: str = "CONV_SWEEP_SPEC") -> SweepSpec:
             raise ConfigError(here, raw, "must be an object")
         raw = dict(raw)
         name = raw.pop("category", "custom")
+        if not isinstance(raw.pop("layers", []), list):
+            raise ConfigError(f"{here}.layers", data["geometries"][i]["layers"], "must be a list of the layers using it")
         geometries.append((name, Geometry.from_dict(raw, here)))
     names = [c.name for c in categories]
     if len(set(names)) != len(names):

@@ -1,0 +1,215 @@
+"""`doit extract MODEL.tflite|MODEL.onnx`: a model's convolutions as a sweep spec file.
+
+Each conv of the model (TFLite CONV_2D and DEPTHWISE_CONV_2D; ONNX Conv) becomes a geometry
+from its input shape, kernel, stride, padding, dilation, groups and channels; identical ones
+become one geometry listing every layer that uses it (`layers`), with the activation fused into
+each (TFLite's fused activation; an ONNX Conv whose only reader is a Relu, or a Clip to [0, 6]).
+An op the sweep cannot express is listed in `skipped` with the reason: a transposed conv, a
+3-D conv, an unknown input shape, explicit padding that is neither VALID nor TF's SAME.
+
+The file is read without TensorFlow or torch: TFLite with LiteRT's flatbuffer schema, ONNX with
+the onnx package and its shape inference. A TFLite Conv1D is a CONV_2D of height 1 in the file,
+so it comes out as a 2-D geometry of height 1 (the same arithmetic).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.errors import ConfigError
+from pipeline.space.geometry import Geometry, same_padding
+
+TFLITE_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
+TFLITE_OTHERS = ("TRANSPOSE_CONV", "CONV_3D", "CONV_3D_TRANSPOSE")  # convolutions the sweep does not express
+TFLITE_ACTIVATIONS = {0: "none", 1: "relu", 3: "relu6"}  # ActivationFunctionType: NONE, RELU, RELU6
+
+
+def tflite_ops(model: Path) -> tuple[object, list[tuple[str, object]]]:
+    """The parsed flatbuffer's main subgraph and its operators, in order, each with its builtin
+    op name (LiteRT's own schema: the interpreter has no public op list)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    flat = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(Path(model).read_bytes(), 0))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    graph = flat.subgraphs[0]
+    ops = []
+    for op in graph.operators:
+        code = flat.operatorCodes[op.opcodeIndex]
+        # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
+        ops.append((names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"), op))
+    return graph, ops
+
+
+def _name(tensor) -> str:
+    name = tensor.name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def tflite_convs(model: Path) -> tuple[list[dict], list[dict]]:
+    """(convs, skipped) of a .tflite file: each conv {"layer", "op", "geometry", "activation"}."""
+    graph, ops = tflite_ops(model)
+    convs, skipped = [], []
+    for op_name, op in ops:
+        if op_name in TFLITE_OTHERS:
+            skipped.append({"layer": _name(graph.tensors[op.outputs[0]]), "op": op_name,
+                            "reason": f"{op_name} is not a convolution the sweep builds"})
+            continue
+        if op_name not in TFLITE_CONVS:
+            continue
+        x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+        layer = _name(graph.tensors[op.outputs[0]])
+        shape = [int(v) for v in x.shape]
+        if len(shape) != 4 or min(shape) < 1:
+            skipped.append({"layer": layer, "op": op_name, "reason": f"input shape {shape} is not a known NHWC shape"})
+            continue
+        batch, h, wd, c_in = shape
+        o = op.builtinOptions
+        _, kh, kw, last = (int(v) for v in w.shape)
+        if op_name == "DEPTHWISE_CONV_2D":  # filter (1, KH, KW, C x M)
+            groups, c_out = c_in, last
+        else:  # filter (O, KH, KW, I / groups)
+            c_out, groups = int(w.shape[0]), c_in // last
+        dilation = (int(o.dilationHFactor), int(o.dilationWFactor))
+        padding = "same" if o.padding == 0 else "valid"  # Padding: SAME 0, VALID 1
+        try:
+            g = Geometry(2, (h, wd), (kh, kw), (int(o.strideH), int(o.strideW)), c_in, c_out, padding,
+                         None if dilation == (1, 1) else dilation, groups, batch).validate(layer)
+        except ConfigError as err:
+            skipped.append({"layer": layer, "op": op_name, "reason": str(err)})
+            continue
+        fused = int(o.fusedActivationFunction)
+        convs.append({"layer": layer, "op": op_name, "geometry": g,
+                      "activation": TFLITE_ACTIVATIONS.get(fused, f"fused activation {fused} (not swept)")})
+    return convs, skipped
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _onnx_activation(node, readers: dict, constants: dict) -> str:
+    """relu or relu6 where the conv's only reader is a Relu, or a Clip to [0, 6]; else none."""
+    after = readers.get(node.output[0], [])
+    if len(after) != 1:
+        return "none"
+    nxt = after[0]
+    if nxt.op_type == "Relu":
+        return "relu"
+    if nxt.op_type == "Clip":
+        bounds = _attributes(nxt)
+        low = constants.get(nxt.input[1]) if len(nxt.input) > 1 and nxt.input[1] else bounds.get("min")
+        high = constants.get(nxt.input[2]) if len(nxt.input) > 2 and nxt.input[2] else bounds.get("max")
+        if low is not None and high is not None and float(low) == 0.0 and float(high) == 6.0:
+            return "relu6"
+    return "none"
+
+
+def _onnx_padding(attrs: dict, spatial, kernel, stride, dilation) -> str | None:
+    """valid or same (TF's SAME), or None where the conv's padding is neither."""
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto == "VALID":
+        return "valid"
+    if auto == "SAME_UPPER":  # the extra pad at the end, as TF's SAME
+        return "same"
+    if auto not in ("NOTSET", ""):
+        return None
+    pads = list(attrs.get("pads", [0] * (2 * len(spatial))))
+    if not any(pads):
+        return "valid"
+    n = len(spatial)
+    same = [same_padding(size, k, s, d) for size, k, s, d in zip(spatial, kernel, stride, dilation)]
+    return "same" if all((pads[i], pads[i + n]) == same[i] for i in range(n)) else None
+
+
+def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
+    """(convs, skipped) of a .onnx file: each conv {"layer", "op", "geometry", "activation"}."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.shape_inference.infer_shapes(onnx.load(str(model))).graph
+    shapes = {}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        dims = info.type.tensor_type.shape.dim
+        shapes[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+    constants = {}
+    for init in graph.initializer:
+        value = numpy_helper.to_array(init)
+        shapes[init.name] = list(value.shape)
+        if value.size == 1:
+            constants[init.name] = value.reshape(())
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = numpy_helper.to_array(_attributes(node)["value"])
+            if value.size == 1:
+                constants[node.output[0]] = value.reshape(())
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    convs, skipped = [], []
+    for node in graph.node:
+        layer = node.name or node.output[0]
+        if node.op_type in ("ConvTranspose", "ConvInteger", "QLinearConv"):
+            skipped.append({"layer": layer, "op": node.op_type, "reason": f"{node.op_type} is not a convolution the sweep builds"})
+            continue
+        if node.op_type != "Conv":
+            continue
+        x, w = shapes.get(node.input[0]), shapes.get(node.input[1])
+        if not x or not w or any(v is None for v in x[1:]) or any(v is None for v in w):
+            skipped.append({"layer": layer, "op": "Conv", "reason": f"input shape {x} or weight shape {w} is not known"})
+            continue
+        rank = len(x) - 2
+        if rank not in (1, 2):
+            skipped.append({"layer": layer, "op": "Conv", "reason": f"a {rank}-D convolution (the sweep builds 1-D and 2-D)"})
+            continue
+        attrs = _attributes(node)
+        spatial, kernel = tuple(x[2:]), tuple(attrs.get("kernel_shape", w[2:]))
+        stride, dilation = tuple(attrs.get("strides", [1] * rank)), tuple(attrs.get("dilations", [1] * rank))
+        padding = _onnx_padding(attrs, spatial, kernel, stride, dilation)
+        if padding is None:
+            skipped.append({"layer": layer, "op": "Conv", "reason": f"padding {attrs.get('auto_pad') or list(attrs.get('pads'))} "
+                            "is neither VALID nor TF's SAME (the sweep builds those two)"})
+            continue
+        groups = int(attrs.get("group", 1))
+        try:
+            g = Geometry(rank, spatial, kernel, stride, int(x[1]), int(w[0]), padding,
+                         None if set(dilation) == {1} else dilation, groups, int(x[0] or 1)).validate(layer)
+        except ConfigError as err:
+            skipped.append({"layer": layer, "op": "Conv", "reason": str(err)})
+            continue
+        convs.append({"layer": layer, "op": "Conv", "geometry": g,
+                      "activation": _onnx_activation(node, readers, constants)})
+    return convs, skipped
+
+
+READERS = {".tflite": tflite_convs, ".onnx": onnx_convs}
+
+
+def extract(model: Path, where: str = "doit extract") -> dict:
+    """The model's convs as a spec file's content: {"source", "geometries": [{"category", ...the
+    geometry, "layers": [{"layer", "op", "activation"}]}], "skipped": [...]}. A file that cannot be
+    read, or holds no conv, is a ConfigError naming it."""
+    model = Path(model)
+    reader = READERS.get(model.suffix.lower())
+    if reader is None:
+        raise ConfigError(where, str(model), "must be a .tflite or .onnx model file")
+    if not model.is_file():
+        raise ConfigError(where, str(model), "is not a file")
+    try:
+        convs, skipped = reader(model)
+    except Exception as err:  # the library's own message says what it could not read
+        raise ConfigError(where, str(model), f"cannot be read as {model.suffix[1:]}: {type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:200] if str(err) else ''}") from None
+    if not convs:
+        raise ConfigError(where, str(model), "holds no convolution the sweep can build"
+                          + (f" ({len(skipped)} skipped: {skipped[0]['reason']})" if skipped else ""))
+    category = "extract_" + "".join(c if c.isalnum() else "_" for c in model.stem)
+    by_geometry: dict[Geometry, list[dict]] = {}
+    for conv in convs:
+        by_geometry.setdefault(conv["geometry"], []).append(
+            {"layer": conv["layer"], "op": conv["op"], "activation": conv["activation"]})
+    return {"source": f"{model.name}: {len(convs)} convolutions, {len(by_geometry)} distinct",
+            "geometries": [{"category": category, **g.to_dict(), "layers": layers} for g, layers in by_geometry.items()],
+            "skipped": skipped}

@@ -1,0 +1,112 @@
+"""`doit extract` (pipeline/frontends/extract.py): a model's convs as a spec file, checked
+against the frameworks' own layers and output shapes, on a TFLite model from tf.keras and an
+ONNX model from torch; what it cannot express is skipped with the reason; a bad file is an error
+naming it."""
+import json
+import warnings
+
+import pytest
+
+from helpers import clean_env, doit
+from pipeline.core.errors import ConfigError
+from pipeline.frontends.extract import extract
+from pipeline.space.geometry import Geometry
+from pipeline.space.sweep import load_spec
+
+
+def _out_shape(entry: dict) -> tuple:
+    g = Geometry.from_dict({k: v for k, v in entry.items() if k not in ("category", "layers")})
+    return (*g.out_spatial, g.c_out)
+
+
+@pytest.fixture(scope="module")
+def tflite_model(tmp_path_factory):
+    import tensorflow as tf
+
+    x = inputs = tf.keras.Input((16, 16, 3), batch_size=1)
+    x = tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu6")(x)
+    x = tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    x = tf.keras.layers.Conv2D(8, 3, padding="same")(x)  # the same geometry as the one before
+    x = tf.keras.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2)(x)
+    x = tf.keras.layers.Conv2DTranspose(4, 2, strides=2)(x)
+    model = tf.keras.Model(inputs, x)
+    path = tmp_path_factory.mktemp("tflite") / "small.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    convs = [l for l in model.layers if type(l).__name__ in ("Conv2D", "DepthwiseConv2D")]
+    return path, [tuple(int(v) for v in l.output.shape[1:]) for l in convs]
+
+
+def test_tflite_convs_are_geometries_with_the_layers_output_shapes_and_fused_activations(tflite_model):
+    path, shapes = tflite_model
+    spec = extract(path)
+    layers = [(layer, _out_shape(g)) for g in spec["geometries"] for layer in g["layers"]]
+    assert sorted(shape for _, shape in layers) == sorted(shapes)  # one per keras conv, with its output shape
+    assert len(spec["geometries"]) == 3  # the two identical convs are one geometry listing both layers
+    shared = next(g for g in spec["geometries"] if len(g["layers"]) == 2)
+    assert sorted(l["activation"] for l in shared["layers"]) == ["none", "relu"]
+    assert sorted(l["activation"] for _, l in [(g, l) for g in spec["geometries"] for l in g["layers"]]) == \
+        ["none", "none", "relu", "relu6"]
+    depthwise = next(g for g in spec["geometries"] if g["layers"][0]["op"] == "DEPTHWISE_CONV_2D")
+    assert depthwise["groups"] == 8 and depthwise["c_out"] == 16 and depthwise["stride"] == [2, 2]
+    assert [s["op"] for s in spec["skipped"]] == ["TRANSPOSE_CONV"] and spec["skipped"][0]["reason"]
+
+
+def test_onnx_convs_from_torch_with_relu_relu6_and_what_cannot_be_expressed(tmp_path):
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(3, 8, 3, padding=1)  # symmetric pads 1 at stride 1: TF SAME
+            self.b = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)  # pads (1, 1) on 16: TF SAME is (0, 1)
+            self.c = torch.nn.Conv2d(8, 4, 1, groups=4)
+            self.t = torch.nn.ConvTranspose2d(4, 2, 2, stride=2)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            return self.t(torch.nn.functional.relu6(self.c(self.b(y))))
+
+    path = tmp_path / "small.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Net().eval(), (torch.zeros(1, 3, 16, 16),), str(path), dynamo=False, opset_version=17)
+    spec = extract(path)
+    by_cin = {g["c_in"]: g for g in spec["geometries"]}
+    assert sorted(by_cin) == [3, 8]
+    assert _out_shape(by_cin[3]) == (16, 16, 8) and by_cin[3]["padding"] == "same"
+    assert by_cin[3]["layers"][0]["activation"] == "relu"
+    assert by_cin[8]["groups"] == 4 and by_cin[8]["layers"][0]["activation"] == "relu6"
+    reasons = {s["op"]: s["reason"] for s in spec["skipped"]}
+    assert "neither VALID nor TF's SAME" in reasons["Conv"] and "ConvTranspose" in reasons
+
+
+def test_a_file_that_is_no_model_or_holds_no_conv_is_an_error_naming_it(tmp_path):
+    import torch
+
+    junk = tmp_path / "junk.tflite"
+    junk.write_bytes(b"not a flatbuffer")
+    with pytest.raises(ConfigError, match="junk.tflite.*cannot be read as tflite"):
+        extract(junk)
+    with pytest.raises(ConfigError, match="must be a .tflite or .onnx"):
+        extract(tmp_path / "model.pb")
+    dense = tmp_path / "dense.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.nn.Linear(4, 2).eval(), (torch.zeros(1, 4),), str(dense), dynamo=False)
+    with pytest.raises(ConfigError, match="dense.onnx.*holds no convolution"):
+        extract(dense)
+
+
+def test_doit_extract_writes_a_spec_the_sweep_reads(tflite_model, tmp_path):
+    path, _ = tflite_model
+    out = tmp_path / "convs.json"
+    run = doit("extract", str(path), "--out", str(out), env=clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 conv layers, 3 distinct geometries; 1 skipped" in run.stdout
+    spec = load_spec(out)
+    assert len(spec.geometries) == 3 and json.loads(out.read_text())["skipped"]
+    listed = doit("list", "--all", env=clean_env(CONV_SWEEP_SPEC=out, CONV_SWEEP_TARGET="llvm-cpu",
+                                                   CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
+    assert listed.returncode == 0 and sum(line.startswith("verify:") for line in listed.stdout.splitlines()) == 15
+    bad = doit("extract", str(tmp_path / "missing.onnx"), env=clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
+    assert bad.returncode != 0 and "missing.onnx" in bad.stdout + bad.stderr and "is not a file" in bad.stdout + bad.stderr
