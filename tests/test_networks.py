@@ -104,3 +104,24 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     # a layer with no case of a flavor is missing, not passing
     (row,) = view.view(entries[1:], signature)
     assert row["flavors"]["tflite_w8i8"]["missing"] == sum(g == distinct[0] for _, g in used)
+
+
+def test_compare_lists_each_network_s_verdict_changes_and_its_stack_s_cycle_ratio():
+    from pipeline.results import networks as view
+
+    used = [(layer, g) for name, layer, g in networks.layers() if name == "mobilenet_v2"]
+    distinct = list(dict.fromkeys(g for _, g in used))
+
+    def run(failing: Geometry | None, scale: float) -> list[dict]:
+        return [{"case": f"c{i}", "backend": "onnx", "flavor": "bf16", "geometry": g.to_dict(),
+                 "status": "fail" if g == failing else "pass", "perf": {"estimated_npu_cycles": scale * (100 + i)}}
+                for i, g in enumerate(distinct)]
+
+    rows = view.compare(run(None, 1.0), run(distinct[1], 2.0))  # other networks share some of its geometries
+    row = next(r for r in rows if r["network"] == "mobilenet_v2")
+    assert row["network"] == "mobilenet_v2" and row["flavor"] == "onnx_bf16" and row["layers"] == 52
+    broken = [layer["layer"] for layer, g in used if g == distinct[1]]
+    assert row["old_pass"] == 52 and row["new_pass"] == 52 - len(broken) and row["newly_failing"] == broken
+    assert row["newly_passing"] == [] and row["cycles_ratio"] == 2.0 and row["costed_in_both"] == 52
+    assert row["cycles_old"] == sum(100 + distinct.index(g) for _, g in used)
+    assert f"52 -> {52 - len(broken)} of 52 layers pass; newly failing: {broken[0]}" in view.compare_lines([row])[0]

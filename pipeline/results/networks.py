@@ -18,14 +18,19 @@ def _variant(entry: dict) -> str:
     return f"{entry['backend']}_{entry['flavor']}"
 
 
+def _cases(entries: list[dict]) -> tuple[dict, list[str]]:
+    """(geometry, flavor) -> its entry, and the flavors."""
+    by_case = {(Geometry.from_dict(e["geometry"]), _variant(e)): e for e in entries if e.get("geometry")}
+    return by_case, sorted({v for _, v in by_case})
+
+
 def view(entries: list[dict], bucket) -> list[dict]:
     """One row per network with a case among `entries`: {"network", "layers", "flavors": {variant:
     {"layers", "pass", "failing": [{"layer", "status", "stage", "bucket"}], "missing"}},
     "cycles": {variant: {"total", "layers", "of", "top": [{"layer", "cycles", "macs_per_cycle"}]}}}.
     `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor (not swept, or
     refused) counts as missing, never as passing."""
-    by_case = {(Geometry.from_dict(e["geometry"]), _variant(e)): e for e in entries if e.get("geometry")}
-    variants = sorted({v for _, v in by_case})
+    by_case, variants = _cases(entries)
     rows = []
     for network, net in networks.table().items():
         used = [(layer, Geometry.from_dict(layer["geometry"])) for layer in net["layers"]]
@@ -48,6 +53,56 @@ def view(entries: list[dict], bucket) -> list[dict]:
                                       "macs_per_cycle": p.get("macs_per_cycle")} for name, p in ranked[:TOP]]}
         rows.append({"network": network, "layers": len(used), "flavors": flavors, "cycles": cycles})
     return rows
+
+
+def layer_outcomes(entries: list[dict]) -> dict[tuple[str, str], dict[str, tuple[str, float | None]]]:
+    """(network, flavor) -> layer -> (its case's status, its estimated cycles or None), for every
+    layer with a case among `entries`."""
+    by_case, variants = _cases(entries)
+    out: dict[tuple[str, str], dict[str, tuple[str, float | None]]] = {}
+    for network, net in networks.table().items():
+        for layer in net["layers"]:
+            g = Geometry.from_dict(layer["geometry"])
+            for v in variants:
+                e = by_case.get((g, v))
+                if e is not None:
+                    cycles = (e.get("perf") or {}).get("estimated_npu_cycles")
+                    out.setdefault((network, v), {})[layer["layer"]] = (e["status"], cycles)
+    return out
+
+
+def compare(old: list[dict], new: list[dict]) -> list[dict]:
+    """Per network and flavor with layers in both runs (`old`, `new`: their entries): passing
+    layers before and after, the layers newly failing and newly passing, and the conv stack's
+    estimated cycles over the layers costed in both runs, with their ratio (new / old)."""
+    a, b = layer_outcomes(old), layer_outcomes(new)
+    rows = []
+    for key in sorted(set(a) & set(b)):
+        before, after = a[key], b[key]
+        common = sorted(set(before) & set(after))
+        costed = [layer for layer in common if before[layer][1] and after[layer][1]]
+        cycles_old = sum(before[layer][1] for layer in costed)
+        cycles_new = sum(after[layer][1] for layer in costed)
+        rows.append({"network": key[0], "flavor": key[1], "layers": len(common),
+                     "old_pass": sum(before[layer][0] == PASS for layer in common),
+                     "new_pass": sum(after[layer][0] == PASS for layer in common),
+                     "newly_failing": [layer for layer in common if before[layer][0] == PASS != after[layer][0]],
+                     "newly_passing": [layer for layer in common if after[layer][0] == PASS != before[layer][0]],
+                     "costed_in_both": len(costed), "cycles_old": cycles_old, "cycles_new": cycles_new,
+                     "cycles_ratio": cycles_new / cycles_old if costed else None})
+    return rows
+
+
+def compare_lines(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        cycles = (f"; conv stack cycles x{r['cycles_ratio']:.3f} ({r['cycles_old']:,.0f} -> {r['cycles_new']:,.0f}, "
+                  f"{r['costed_in_both']} layers costed in both)" if r["cycles_ratio"] is not None else "")
+        changed = "".join(f"; newly failing: {', '.join(r['newly_failing'][:8])}" if r["newly_failing"] else "") + \
+            "".join(f"; newly passing: {', '.join(r['newly_passing'][:8])}" if r["newly_passing"] else "")
+        out.append(f"{r['network']} {r['flavor']}: {r['old_pass']} -> {r['new_pass']} of {r['layers']} layers pass"
+                   f"{changed}{cycles}")
+    return out
 
 
 def lines(rows: list[dict], target: str = "") -> list[str]:

@@ -10,7 +10,9 @@ whose error-to-tolerance ratio moved by more than a factor of 2, and cases slowe
 beyond the noise (pipeline/targets/perf.py: `changes`: the larger of the two runs' spreads plus the
 machine's run-to-run noise), with how far the timed cases moved between the runs; compile time beyond COMPILE_TIME_NOISE.
 Per flavor, the release table: regressions, fixes and bucket changes, and the distributions
-of the estimated-NPU-cycle ratio (cases passing in both) and of the compile-time ratio.
+of the estimated-NPU-cycle ratio (cases passing in both) and of the compile-time ratio. Per
+network of the networks profile (pipeline/results/networks.py), its layers' verdict changes and
+its conv stack's cycle ratio.
 Written as a terminal table, compare.html (self-contained) and junit.xml (a failure per
 regression) in the output folder.
 """
@@ -26,6 +28,7 @@ from xml.sax.saxutils import escape, quoteattr
 from pipeline.core.errors import ConfigError
 from pipeline.targets.perf import RUN_TO_RUN_NOISE, changes, run_to_run
 from pipeline.core.layout import Layout
+from pipeline.results import networks
 from pipeline.results.report import format_table, signature
 from pipeline.results.html import page
 
@@ -121,6 +124,7 @@ def diff(old: dict[str, dict], new: dict[str, dict], noise_floor: float = RUN_TO
     out["timing"] = run_to_run([(old[n].get("perf"), new[n].get("perf")) for n in common])
     out["noise_floor"] = noise_floor
     out["flavors"] = release_table(old, new, out)
+    out["networks"] = networks.compare(list(old.values()), list(new.values()))
     return out
 
 
@@ -222,6 +226,7 @@ def _text(results, old_source, new_source) -> str:
             parts.append(f"bucket {row['case']}: {row['old_bucket'][:80]} -> {row['new_bucket'][:80]}")
         for row in sorted(d["ratio_moves"], key=lambda r: -abs(math.log(r["factor"])))[:20]:
             parts.append(f"ratio {row['case']}: {row['old_ratio']:.3g} -> {row['new_ratio']:.3g} (x{row['factor']:.2f})")
+        parts += networks.compare_lines(d["networks"])
         if d["timing"]:
             parts.append(_timing(d))
         for direction in ("slower", "faster"):
