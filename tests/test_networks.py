@@ -125,3 +125,16 @@ def test_compare_lists_each_network_s_verdict_changes_and_its_stack_s_cycle_rati
     assert row["newly_passing"] == [] and row["cycles_ratio"] == 2.0 and row["costed_in_both"] == 52
     assert row["cycles_old"] == sum(100 + distinct.index(g) for _, g in used)
     assert f"52 -> {52 - len(broken)} of 52 layers pass; newly failing: {broken[0]}" in view.compare_lines([row])[0]
+
+
+def test_doit_selects_a_whole_network_by_its_selector(tmp_path):
+    from helpers import clean_env, doit
+
+    env = clean_env(CONV_SWEEP_PROFILE="networks", CONV_SWEEP_TARGET="llvm-cpu", CONV_SWEEP_BUILD_DIR=tmp_path)
+    run = doit("clean", "--dry-run", "verify:net:mobilenet_v3_small", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    cleaned = {line.split(" - ")[0] for line in run.stdout.splitlines() if line.startswith("verify:")}
+    ids = networks.geometry_ids("mobilenet_v3_small")
+    assert {geometry_id(n) for n in cleaned} == ids and len(cleaned) == 5 * len(ids)
+    wrong = doit("clean", "--dry-run", "verify:net:mobilenet", env=env)
+    assert wrong.returncode != 0 and "is not a network of the networks profile" in wrong.stdout + wrong.stderr
