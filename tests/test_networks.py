@@ -96,7 +96,9 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     cycles = {g: e["perf"].get("estimated_npu_cycles") for g, e in zip(distinct, entries)}
     c = row["cycles"]["tflite_w8i8"]
     assert c["total"] == sum(cycles[g] for _, g in used if cycles[g]) and c["layers"] == len(used) - uses
-    assert [t["cycles"] for t in c["top"]] == sorted((cycles[g] for _, g in used if cycles[g]), reverse=True)[:5]
+    assert [t["cycles"] for t in c["per_layer"]] == sorted((cycles[g] for _, g in used if cycles[g]), reverse=True)
+    assert c["top"] == c["per_layer"][:5]
+    assert row["cases"] == {layer["layer"]: g.id for layer, g in used}  # network -> layer -> case
     text = summary(entries)
     assert f"resnet50 (53 conv layers):\n  tflite_w8i8: {len(used) - uses} of 53 pass; {uses} fail:" in text
     page = _networks_section([row])

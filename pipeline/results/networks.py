@@ -27,7 +27,9 @@ def _cases(entries: list[dict]) -> tuple[dict, list[str]]:
 def view(entries: list[dict], bucket) -> list[dict]:
     """One row per network with a case among `entries`: {"network", "layers", "flavors": {variant:
     {"layers", "pass", "failing": [{"layer", "status", "stage", "bucket"}], "missing"}},
-    "cycles": {variant: {"total", "layers", "of", "top": [{"layer", "cycles", "macs_per_cycle"}]}}}.
+    "cycles": {variant: {"total", "layers", "of", "per_layer": [{"layer", "cycles",
+    "macs_per_cycle"}] costliest first, "top": its first TOP}}, "cases": {layer: the geometry id in
+    its cases' names, conv_<backend>_<flavor>_<id>}}.
     `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor (not swept, or
     refused) counts as missing, never as passing."""
     by_case, variants = _cases(entries)
@@ -47,11 +49,12 @@ def view(entries: list[dict], bucket) -> list[dict]:
             costed = [(name, p) for name, p in costed if p.get("estimated_npu_cycles")]
             if costed:
                 ranked = sorted(costed, key=lambda item: -item[1]["estimated_npu_cycles"])
+                per_layer = [{"layer": name, "cycles": p["estimated_npu_cycles"], "macs_per_cycle": p.get("macs_per_cycle")}
+                             for name, p in ranked]
                 cycles[v] = {"total": sum(p["estimated_npu_cycles"] for _, p in costed), "layers": len(costed),
-                             "of": len(used),
-                             "top": [{"layer": name, "cycles": p["estimated_npu_cycles"],
-                                      "macs_per_cycle": p.get("macs_per_cycle")} for name, p in ranked[:TOP]]}
-        rows.append({"network": network, "layers": len(used), "flavors": flavors, "cycles": cycles})
+                             "of": len(used), "top": per_layer[:TOP], "per_layer": per_layer}
+        rows.append({"network": network, "layers": len(used), "flavors": flavors, "cycles": cycles,
+                     "cases": {layer["layer"]: g.id for layer, g in used}})
     return rows
 
 
