@@ -271,3 +271,8 @@ def test_a_compiler_that_drops_the_bias_is_explained_in_result_json(tmp_path):
     result = results(build)[name]
     assert result["status"] == "fail" and result["stage"] == "verify", (run.stdout[-2000:], run.stderr[-2000:])
     assert result["explanation"] == "bias dropped"
+    # and in the bucket's bug report (its case as it is: budget 0)
+    report = doit("bugreport", "--budget", "0", f"{name}@llvm-cpu", env=env)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    (written,) = (build / "bugreports" / "llvm-cpu").glob("*/report.md")
+    assert "The wrong answer explained: **bias dropped**." in written.read_text()

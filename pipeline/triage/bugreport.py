@@ -252,6 +252,21 @@ def _anonymous(lines: list[str], manifest: dict | None) -> list[str]:
     return [line.replace(root, "<toolchain>") for line in lines]
 
 
+def explanation_lines(explanation: str) -> list[str]:
+    """The wrong answer explained (pipeline/checks/explain.py): the mis-lowering whose output,
+    computed by the float64 reference, the module's output matches within the check's own
+    tolerance, or that none of them does."""
+    from pipeline.checks.explain import NONE
+
+    if explanation == NONE:
+        return ["The wrong answer explained: none matched. None of the mis-lowerings tried (dilation or stride "
+                "ignored, H and W swapped, kernel flipped, bias dropped or doubled, padding shifted by one, groups "
+                "ignored, output channels permuted, zero points ignored, output unwritten) gives the module's "
+                "output within the check's own tolerance.", ""]
+    return [f"The wrong answer explained: **{explanation}**. The module's output matches, within the check's "
+            "own tolerance, the float64 conv computed with that mistake.", ""]
+
+
 def _diagnostic_section(result: dict, manifest: dict | None, where: str | None) -> list[str]:
     """report.md's quote of the failing tool's own output, when its log holds more than the
     reason's one line; a tracker the output names, other than the profile's, is pointed out."""
@@ -454,6 +469,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     if findings:
         lines += ["## Findings", "", *[f"- {f}" for f in findings], ""]
     lines += ["## What happens", "", "```", (result.get("reason") or "")[:3000], "```", ""]
+    if result.get("stage") == "verify" and result.get("explanation"):
+        lines += explanation_lines(result["explanation"])
     if slow is None and stage != "verify":
         lines += _diagnostic_section(result, target.toolchain, where)
     if slow is not None:
