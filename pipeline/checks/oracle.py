@@ -68,7 +68,7 @@ def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
 def model_ops(model: Path) -> list[dict]:
     """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs"} (its
     tensor indices are the subgraph's, as the interpreter's)."""
-    from pipeline.frontends.extract import tflite_ops
+    from pipeline.frontends.tflite_file import tflite_ops
 
     return [{"op_name": name, "inputs": [int(i) for i in op.inputs]} for name, op in tflite_ops(model)[1]]
 

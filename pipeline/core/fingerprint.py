@@ -42,7 +42,7 @@ STAGE_INPUTS = {
                 "run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases",
                 "targets.compiler", "core.isolate", "core.errors", "targets.perf", "targets.profiles",
                 "core.executables", "space.refusal", "frontends.importer", "core.chain", "frontends.model_tflite",
-                "frontends.model_onnx"),
+                "frontends.model_onnx", "frontends.tflite_file"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
 }
 
@@ -54,6 +54,7 @@ VERIFY_KEY_EXEMPT = {
     "config": "resolves the environment into a Config; the values that matter are in the key",
     "space.shard": "picks which cases a run takes",
     "space.sweep": "samples the geometries: which cases exist, not their verdicts",
+    "space.networks": "lists the networks' conv layers: which cases exist, not their verdicts",
     "targets.toolchain": "installs the toolchains' tools, whose identities are in the key",
     "targets.cost": "the time limits: whether a tool may finish, not what a finished one produced",
     "core.cuts": "a cut the store holds at this limit or more: whether a tool may finish, not what a finished one produced",

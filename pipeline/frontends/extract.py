@@ -16,27 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError
+from pipeline.frontends.tflite_file import tflite_ops
 from pipeline.space.geometry import Geometry, same_padding
 
 TFLITE_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 TFLITE_OTHERS = ("TRANSPOSE_CONV", "CONV_3D", "CONV_3D_TRANSPOSE")  # convolutions the sweep does not express
 TFLITE_ACTIVATIONS = {0: "none", 1: "relu", 3: "relu6"}  # ActivationFunctionType: NONE, RELU, RELU6
-
-
-def tflite_ops(model: Path) -> tuple[object, list[tuple[str, object]]]:
-    """The parsed flatbuffer's main subgraph and its operators, in order, each with its builtin
-    op name (LiteRT's own schema: the interpreter has no public op list)."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    flat = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(Path(model).read_bytes(), 0))
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    graph = flat.subgraphs[0]
-    ops = []
-    for op in graph.operators:
-        code = flat.operatorCodes[op.opcodeIndex]
-        # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
-        ops.append((names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"), op))
-    return graph, ops
 
 
 def _name(tensor) -> str:

@@ -1,0 +1,23 @@
+"""A .tflite file's operators, read from its flatbuffer with LiteRT's own schema (the
+interpreter has no public op list): the oracle finds the conv's tensors with it, and `doit
+extract` the model's convs. Without TensorFlow.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def tflite_ops(model: Path) -> tuple[object, list[tuple[str, object]]]:
+    """The parsed flatbuffer's main subgraph and its operators, in order, each with its builtin
+    op name (LiteRT's own schema: the interpreter has no public op list)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    flat = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(Path(model).read_bytes(), 0))
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    graph = flat.subgraphs[0]
+    ops = []
+    for op in graph.operators:
+        code = flat.operatorCodes[op.opcodeIndex]
+        # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
+        ops.append((names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"), op))
+    return graph, ops
