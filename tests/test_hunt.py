@@ -111,6 +111,14 @@ def test_a_candidate_among_cases_of_known_buckets_is_predicted_there_and_one_els
     near_passing = case(Geometry(1, (13,), (3,), (1,), 4, 4))
     assert known_map.p_known(near_known) >= 0.6 > 0.4 >= known_map.p_known(near_passing)
     assert known_map.p_known(case(near_known.geometry, "tflite_f32")) == 0.0  # no case seen in that flavor
+    # a case is surely known (the hunt runs it only by chance) when its NEIGHBOURS nearest cases all were
+    assert not known_map.surely_known(near_known)  # its 5 nearest include a passing one
+    for c_in in (9, 11, 13, 15):
+        known_map.add("llvm-cpu", "onnx_f32", Geometry(1, (12,), (2,), (4,), c_in, 4).to_dict(), True)
+    assert known_map.surely_known(near_known) and not known_map.surely_known(near_passing)
+    sparse = KnownMap()
+    sparse.add("llvm-cpu", "onnx_f32", Geometry(1, (12,), (2,), (4,), 3, 4).to_dict(), True)
+    assert sparse.p_known(near_known) == 1.0 and not sparse.surely_known(near_known)  # one case seen is not enough
 
 
 def test_new_buckets_sharing_a_geometry_at_one_stage_are_one_root_cause_per_target():

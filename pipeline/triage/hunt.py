@@ -22,7 +22,9 @@ Candidates are ranked by how many pairs of coarse features (kernel class, stride
 kernel, channel parity, dilation, groups, padding, ...) they cover that no case evaluated has
 covered yet (pairwise coverage), over the square root of their predicted cost: cheap
 geometries that combine dimensions in untried ways come first, each weighted by the share of
-its cases not predicted to land in a known bucket (KnownMap). Two baselines the hunt is
+its cases not predicted to land in a known bucket (KnownMap); of the chosen geometry, a case
+whose nearest cases seen in its flavor all landed in a known bucket runs only with a small
+chance. Two baselines the hunt is
 measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
 without that weighting (the hunt as it was before it), and `--strategy sample`, further draws
 of the run's own categories, past the sweep's N, evaluated the same way.
@@ -78,6 +80,8 @@ EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring ne
 EDGE_BONUS = 4  # pairs of features a move near a new bucket counts as, besides the ones it covers
 NEIGHBOURS = 5  # cases seen whose outcomes predict a candidate's (KnownMap)
 UNKNOWN_FLOOR = 0.1  # a candidate every one of whose cases is predicted to land in a known bucket keeps this share
+# (and a case surely in one, by its nearest cases seen, still runs with this chance)
+PROPOSALS = 50  # geometries proposed in a row whose cases all look known, after which the last runs whole
 EXTENDED = {"dilation": 4, "batch": 4}  # the extended profile's widest dilation and batch
 # A failure there is this tool's model builder's (tf.keras, torch), not a compiler's: a geometry
 # its frontend cannot build belongs in pipeline/space/refusal.py; the hunt lists such cases
@@ -271,6 +275,12 @@ class KnownMap:
         marks.append(known)
         self._stacked.pop((target, variant), None)
 
+    def surely_known(self, case: Case) -> bool:
+        """Whether each of the case's NEIGHBOURS nearest cases seen (at least that many seen in
+        its flavor) landed in a known bucket."""
+        seen = self.points.get((case.target, case.variant), ([], []))[0]
+        return len(seen) >= NEIGHBOURS and self.p_known(case) == 1.0
+
     def p_known(self, case: Case) -> float:
         import numpy as np
 
@@ -414,6 +424,14 @@ class Hunt:
                 return g, "sample"
         return None
 
+    def worth_running(self, cases: list[Case]) -> list[Case]:
+        """The hunt's cases of a geometry without those surely in a known bucket (KnownMap), each
+        of which still runs with chance UNKNOWN_FLOOR (a new bucket may sit beside a known one);
+        every case for the baselines."""
+        if self.strategy != "hunt":
+            return cases
+        return [c for c in cases if not self.map.surely_known(c) or self.rng.random() < UNKNOWN_FLOOR]
+
     def in_known(self) -> dict:
         """How many of the hunt's cases failed in a known bucket (the sweep's or a listed one),
         of how many, and the share."""
@@ -462,13 +480,18 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         f"listed); cases in {folder}")
 
     def more() -> list[Case] | None:
-        """The cases of the next geometry, whenever a lane is free."""
-        proposal = state.propose()
-        if proposal is None:
-            return None
-        g, source = proposal
-        state.geometries.setdefault(g, source)  # not proposed twice while it runs
-        return state.cases_of(g, source)
+        """The cases of the next geometry worth running, whenever a lane is free."""
+        for _ in range(PROPOSALS):
+            proposal = state.propose()
+            if proposal is None:
+                return None
+            g, source = proposal
+            state.geometries.setdefault(g, source)  # not proposed twice while it runs
+            cases = state.cases_of(g, source)
+            kept = state.worth_running(cases)
+            if kept:
+                return kept
+        return cases  # every recent proposal looked known: this one runs whole
 
     def note(case: Case, entry: dict) -> dict:
         """A finished case's journal line, after its key, name, target, flavor and geometry."""
