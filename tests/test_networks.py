@@ -103,9 +103,17 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     assert f"resnet50 (53 conv layers):\n  tflite_w8i8: {len(used) - uses} of 53 pass; {uses} fail:" in text
     page = _networks_section([row])
     assert "<h2>Networks</h2>" in page and f"<td>{len(used) - uses} of 53</td>" in page and "costliest" in page
-    # a layer with no case of a flavor is missing, not passing
+    # a layer with no case of a flavor, or one not run yet, is missing, not passing; one compiled only is neither
+    first = sum(g == distinct[0] for _, g in used)
     (row,) = view.view(entries[1:], signature)
-    assert row["flavors"]["tflite_w8i8"]["missing"] == sum(g == distinct[0] for _, g in used)
+    assert row["flavors"]["tflite_w8i8"]["missing"] == first
+    (row,) = view.view([{**entries[0], "status": "not run"}, *entries[1:]], signature)
+    assert row["flavors"]["tflite_w8i8"]["missing"] == first
+    (row,) = view.view([{**entries[0], "status": "compiled"}, *entries[1:]], signature)
+    f = row["flavors"]["tflite_w8i8"]
+    assert f["compiled"] == first and f["missing"] == 0 and f["pass"] == len(used) - uses - first
+    assert len(f["failing"]) == uses
+    assert view.view([{**e, "status": "not run"} for e in entries], signature) == []  # nothing ran: no row
 
 
 def test_compare_lists_each_network_s_verdict_changes_and_its_stack_s_cycle_ratio():

@@ -7,7 +7,8 @@ from pathlib import Path
 from pipeline.core.tools import write_text
 from pipeline.outcome.bucket import signature as bucket_signature
 from pipeline.outcome.result import HARNESS, TIMEOUT
-from pipeline.results.report import NOT_RUN, by_target, collect, failing, signature
+from pipeline.outcome.result import NOT_RUN
+from pipeline.results.report import by_target, collect, failing, signature
 from pipeline.space.cases import Case
 
 

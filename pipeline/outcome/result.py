@@ -13,6 +13,7 @@ PASS, FAIL, ERROR, XFAIL, XPASS = "pass", "fail", "error", "xfail", "xpass"
 CHANGED = "changed"  # listed as an expected failure at its stage, but failed there with another signature
 HARNESS = "harness"  # the harness itself failed (an exception in our code, a lost worker): never expected
 COMPILED = "compiled"  # a compile-only case: compiled, never run or compared
+NOT_RUN = "not run"  # a case of the selection with no result yet (the report lists it)
 TIMEOUT = "timeout"  # a compile or run cut at its time limit (its budget, or its predicted cost below it)
 RED = (FAIL, ERROR, TIMEOUT, CHANGED, HARNESS, XPASS)  # statuses that fail the run
 RESULT_FILE = "result.json"

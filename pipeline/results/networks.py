@@ -7,7 +7,7 @@ three layers counts three times), the MACs per cycle of each layer, and the cost
 """
 from __future__ import annotations
 
-from pipeline.outcome.result import PASS
+from pipeline.outcome.result import COMPILED, NOT_RUN, PASS
 from pipeline.space import networks
 from pipeline.space.geometry import Geometry
 
@@ -19,8 +19,10 @@ def _variant(entry: dict) -> str:
 
 
 def _cases(entries: list[dict]) -> tuple[dict, list[str]]:
-    """(geometry, flavor) -> its entry, and the flavors."""
-    by_case = {(Geometry.from_dict(e["geometry"]), _variant(e)): e for e in entries if e.get("geometry")}
+    """(geometry, flavor) -> its entry, for the cases that ran (a case not run yet is missing),
+    and the flavors."""
+    by_case = {(Geometry.from_dict(e["geometry"]), _variant(e)): e for e in entries
+               if e.get("geometry") and e["status"] != NOT_RUN}
     return by_case, sorted({v for _, v in by_case})
 
 
@@ -30,8 +32,9 @@ def view(entries: list[dict], bucket) -> list[dict]:
     "cycles": {variant: {"total", "layers", "of", "per_layer": [{"layer", "cycles",
     "macs_per_cycle"}] costliest first, "top": its first TOP}}, "cases": {layer: the geometry id in
     its cases' names, conv_<backend>_<flavor>_<id>}}.
-    `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor (not swept, or
-    refused) counts as missing, never as passing."""
+    `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor that ran (not
+    swept, not run yet, or refused) counts as missing, never as passing; one compiled only
+    (CONV_SWEEP_COMPILE_ONLY) as compiled, neither passing nor failing."""
     by_case, variants = _cases(entries)
     rows = []
     for network, net in networks.table().items():
@@ -42,8 +45,9 @@ def view(entries: list[dict], bucket) -> list[dict]:
         for v in variants:
             found = [(layer, by_case.get((g, v))) for layer, g in used]
             failing = [{"layer": layer["layer"], "status": e["status"], "stage": e.get("stage"), "bucket": bucket(e)}
-                       for layer, e in found if e is not None and e["status"] != PASS]
+                       for layer, e in found if e is not None and e["status"] not in (PASS, COMPILED)]
             flavors[v] = {"layers": len(used), "pass": sum(e is not None and e["status"] == PASS for _, e in found),
+                          "compiled": sum(e is not None and e["status"] == COMPILED for _, e in found),
                           "failing": failing, "missing": sum(e is None for _, e in found)}
             costed = [(layer["layer"], (e.get("perf") or {})) for layer, e in found if e is not None]
             costed = [(name, p) for name, p in costed if p.get("estimated_npu_cycles")]
@@ -116,7 +120,8 @@ def lines(rows: list[dict], target: str = "") -> list[str]:
     for row in rows:
         out.append(f"{row['network']} ({row['layers']} conv layers){on}:")
         for v, f in row["flavors"].items():
-            missing = f", {f['missing']} not swept" if f["missing"] else ""
+            missing = (f", {f['compiled']} compiled only" if f["compiled"] else "") + \
+                (f", {f['missing']} not run" if f["missing"] else "")
             failing = "; ".join(f"{x['layer']} ({x['status']} at {x['stage']}: {x['bucket'][:80]})"
                                 for x in f["failing"][:5])
             more = f"; and {len(f['failing']) - 5} more" if len(f["failing"]) > 5 else ""

@@ -15,13 +15,12 @@ from pipeline.core.layout import Layout
 from pipeline.space.cases import Case
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
-from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, PASS, TIMEOUT, XFAIL, XPASS, read_result
+from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, NOT_RUN, PASS, TIMEOUT, XFAIL, XPASS, read_result
 from pipeline.results.causes import describe as describe_cause, root_causes
 from pipeline.results import networks
 from pipeline.results.region import learn
 from pipeline.core.tools import write_text
 
-NOT_RUN = "not run"
 FAILED = (FAIL, ERROR, TIMEOUT, HARNESS, CHANGED, XFAIL)  # statuses with a failure, grouped in buckets
 TOOL_FAILURES = (FAIL, ERROR, TIMEOUT, XFAIL, CHANGED)  # a compiler's or runtime's failures: FAILED but the harness
 
