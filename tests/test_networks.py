@@ -114,6 +114,8 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     assert f["compiled"] == first and f["missing"] == 0 and f["pass"] == len(used) - uses - first
     assert len(f["failing"]) == uses
     assert view.view([{**e, "status": "not run"} for e in entries], signature) == []  # nothing ran: no row
+    page = _networks_section([row])
+    assert f"<td>{len(used) - uses - first} of 53, {first} compiled only</td>" in page
 
 
 def test_compare_lists_each_network_s_verdict_changes_and_its_stack_s_cycle_ratio():

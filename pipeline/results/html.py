@@ -203,9 +203,9 @@ def _network_rows(networks_) -> str:
             cost = (f"{c['total']:,.0f} ({c['layers']} of {c['of']} layers); costliest: "
                     + ", ".join(f"{e(t['layer'])} {t['cycles']:,.0f}" + (f" ({t['macs_per_cycle']:.1f} MACs/cycle)"
                                 if t.get("macs_per_cycle") else "") for t in c["top"])) if c else ""
-            out.append(f"<tr><td>{e(row['network'])}</td><td>{e(v)}</td><td>{f['pass']} of {f['layers']}"
-                       f"{f', {c} compiled only'.format(c=f['compiled']) if f['compiled'] else ''}"
-                       f"{f', {m} not run'.format(m=f['missing']) if f['missing'] else ''}</td><td>{failing}</td>"
+            counts = f"{f['pass']} of {f['layers']}" + (f", {f['compiled']} compiled only" if f["compiled"] else "") \
+                + (f", {f['missing']} not run" if f["missing"] else "")
+            out.append(f"<tr><td>{e(row['network'])}</td><td>{e(v)}</td><td>{counts}</td><td>{failing}</td>"
                        f"<td>{cost}</td></tr>")
     return "".join(out)
 
