@@ -304,6 +304,7 @@ class Hunt:
         self.flavors = flavors
         self.space = Space.of(cfg.spec.categories)
         self.sampled = {g for _, g in cfg.sampled}  # the sweep's own geometries
+        self.passed_over: set[Geometry] = set()  # proposed, but every case of it looked surely known
         self.known = known_buckets(cfg, swept)
         self.map = KnownMap()  # where the known buckets lie: a candidate predicted in one is weighted down
         for e in swept:
@@ -373,7 +374,8 @@ class Hunt:
     def _usable(self, g: Geometry) -> bool:
         """Not evaluated (nor one of the sweep's), a geometry, and built in a flavor the hunt runs
         (cases_of leaves out the flavors whose frontend refuses it)."""
-        return g not in self.geometries and g not in self.sampled and buildable(g) and bool(self.cases_of(g, "x"))
+        return g not in self.geometries and g not in self.sampled and g not in self.passed_over and buildable(g) \
+            and bool(self.cases_of(g, "x"))
 
     def propose(self) -> tuple[Geometry, str] | None:
         """The next geometry and its generator, or None when none can be found."""
@@ -486,11 +488,13 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
             if proposal is None:
                 return None
             g, source = proposal
-            state.geometries.setdefault(g, source)  # not proposed twice while it runs
             cases = state.cases_of(g, source)
             kept = state.worth_running(cases)
             if kept:
+                state.geometries.setdefault(g, source)  # not proposed twice while it runs
                 return kept
+            state.passed_over.add(g)  # not proposed again; not evaluated
+        state.geometries.setdefault(g, source)
         return cases  # every recent proposal looked known: this one runs whole
 
     def note(case: Case, entry: dict) -> dict:
