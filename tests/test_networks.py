@@ -105,8 +105,7 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     assert "<h2>Networks</h2>" in page and f"<td>{len(used) - uses} of 53</td>" in page and "costliest" in page
     # a layer with no case of a flavor, or one not run yet, is missing, not passing; one compiled only is neither
     first = sum(g == distinct[0] for _, g in used)
-    (row,) = view.view(entries[1:], signature)
-    assert row["flavors"]["tflite_w8i8"]["missing"] == first
+    assert view.view(entries[1:], signature) == []  # a sweep without one of its layers does not hold the network
     (row,) = view.view([{**entries[0], "status": "not run"}, *entries[1:]], signature)
     assert row["flavors"]["tflite_w8i8"]["missing"] == first
     (row,) = view.view([{**entries[0], "status": "compiled"}, *entries[1:]], signature)

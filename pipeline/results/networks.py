@@ -27,7 +27,7 @@ def _cases(entries: list[dict]) -> tuple[dict, list[str]]:
 
 
 def view(entries: list[dict], bucket) -> list[dict]:
-    """One row per network with a case among `entries`: {"network", "layers", "flavors": {variant:
+    """One row per network whose every layer has a case among `entries`, one of them run: {"network", "layers", "flavors": {variant:
     {"layers", "pass", "failing": [{"layer", "status", "stage", "bucket"}], "missing"}},
     "cycles": {variant: {"total", "layers", "of", "per_layer": [{"layer", "cycles",
     "macs_per_cycle"}] costliest first, "top": its first TOP}}, "cases": {layer: the geometry id in
@@ -36,11 +36,12 @@ def view(entries: list[dict], bucket) -> list[dict]:
     swept, not run yet, or refused) counts as missing, never as passing; one compiled only
     (CONV_SWEEP_COMPILE_ONLY) as compiled, neither passing nor failing."""
     by_case, variants = _cases(entries)
+    swept = {Geometry.from_dict(e["geometry"]) for e in entries if e.get("geometry")}  # run or not
     rows = []
     for network, net in networks.table().items():
         used = [(layer, Geometry.from_dict(layer["geometry"])) for layer in net["layers"]]
-        if not any((g, v) in by_case for _, g in used for v in variants):
-            continue
+        if not all(g in swept for _, g in used) or not any((g, v) in by_case for _, g in used for v in variants):
+            continue  # the sweep does not hold the whole network, or none of its cases ran
         flavors, cycles = {}, {}
         for v in variants:
             found = [(layer, by_case.get((g, v))) for layer, g in used]
