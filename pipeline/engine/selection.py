@@ -21,7 +21,7 @@ from doit.exceptions import InvalidCommand
 
 from pipeline.core.chain import SHARED_TASKS, TASKS
 from pipeline.core.errors import ConfigError
-from pipeline.space.cases import DATA_SUFFIXES
+from pipeline.space.cases import geometry_id as case_geometry_id
 
 PER_TARGET = tuple(t for t in TASKS if t not in SHARED_TASKS)  # the tasks named <case>@<target>
 
@@ -30,13 +30,8 @@ NETWORK = "net:"  # <stage>:net:<network>
 
 
 def geometry_id(task: str) -> str:
-    """The geometry id in a case task's name (<stage>:conv_<backend>_<flavor>_<id>[<data>]@<target>)."""
-    case = task.split(":", 1)[-1].rsplit("@", 1)[0]
-    for suffix in DATA_SUFFIXES.values():
-        if suffix and case.endswith(suffix):
-            case = case[:-len(suffix)]
-    parts = case.split("_", 3)
-    return parts[3] if len(parts) == 4 and parts[0] == "conv" else ""
+    """The geometry id in a case task's name (<stage>:<case>@<target>)."""
+    return case_geometry_id(task.split(":", 1)[-1].rsplit("@", 1)[0])
 
 
 def network_tasks(item: str, stage: str, network: str, names: list[str]) -> list[str]:

@@ -18,12 +18,17 @@ def _variant(entry: dict) -> str:
     return f"{entry['backend']}_{entry['flavor']}"
 
 
-def _cases(entries: list[dict]) -> tuple[dict, list[str]]:
-    """(geometry, flavor) -> its entry, for the cases that ran (a case not run yet is missing),
-    and the flavors."""
-    by_case = {(Geometry.from_dict(e["geometry"]), _variant(e)): e for e in entries
-               if e.get("geometry") and e["status"] != NOT_RUN}
-    return by_case, sorted({v for _, v in by_case})
+def _cases(entries: list[dict]) -> tuple[dict, list[str], set[Geometry]]:
+    """(geometry, flavor) -> its entry, for the cases that ran (a case not run yet is missing);
+    the flavors; and the geometries of every case, run or not."""
+    by_case, swept = {}, set()
+    for e in entries:
+        if e.get("geometry"):
+            g = Geometry.from_dict(e["geometry"])
+            swept.add(g)
+            if e["status"] != NOT_RUN:
+                by_case[(g, _variant(e))] = e
+    return by_case, sorted({v for _, v in by_case}), swept
 
 
 def view(entries: list[dict], bucket) -> list[dict]:
@@ -35,11 +40,9 @@ def view(entries: list[dict], bucket) -> list[dict]:
     `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor that ran (not
     swept, not run yet, or refused) counts as missing, never as passing; one compiled only
     (CONV_SWEEP_COMPILE_ONLY) as compiled, neither passing nor failing."""
-    by_case, variants = _cases(entries)
-    swept = {Geometry.from_dict(e["geometry"]) for e in entries if e.get("geometry")}  # run or not
+    by_case, variants, swept = _cases(entries)
     rows = []
-    for network, net in networks.table().items():
-        used = [(layer, Geometry.from_dict(layer["geometry"])) for layer in net["layers"]]
+    for network, used in networks.by_network().items():
         if not all(g in swept for _, g in used) or not any((g, v) in by_case for _, g in used for v in variants):
             continue  # the sweep does not hold the whole network, or none of its cases ran
         flavors, cycles = {}, {}
@@ -66,16 +69,14 @@ def view(entries: list[dict], bucket) -> list[dict]:
 def layer_outcomes(entries: list[dict]) -> dict[tuple[str, str], dict[str, tuple[str, float | None]]]:
     """(network, flavor) -> layer -> (its case's status, its estimated cycles or None), for every
     layer with a case among `entries`."""
-    by_case, variants = _cases(entries)
+    by_case, variants, _ = _cases(entries)
     out: dict[tuple[str, str], dict[str, tuple[str, float | None]]] = {}
-    for network, net in networks.table().items():
-        for layer in net["layers"]:
-            g = Geometry.from_dict(layer["geometry"])
-            for v in variants:
-                e = by_case.get((g, v))
-                if e is not None:
-                    cycles = (e.get("perf") or {}).get("estimated_npu_cycles")
-                    out.setdefault((network, v), {})[layer["layer"]] = (e["status"], cycles)
+    for network, layer, g in networks.layers():
+        for v in variants:
+            e = by_case.get((g, v))
+            if e is not None:
+                cycles = (e.get("perf") or {}).get("estimated_npu_cycles")
+                out.setdefault((network, v), {})[layer["layer"]] = (e["status"], cycles)
     return out
 
 

@@ -12,7 +12,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from pipeline.core.chain import STAGES
 from pipeline.core.layout import Layout
-from pipeline.space.cases import Case
+from pipeline.space.cases import Case, geometry_id
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
 from pipeline.outcome.bucket import signature as bucket_signature
 from pipeline.outcome.result import CHANGED, COMPILED, ERROR, FAIL, HARNESS, NOT_RUN, PASS, TIMEOUT, XFAIL, XPASS, read_result
@@ -212,7 +212,7 @@ def refusal_summary(refused: list) -> list[str]:
     lines = [f"not generated: {len(refused)} cases, their frontend refuses the geometry or their flavor "
              f"cannot check it (`doit refused` lists them)"]
     for reason, items in sorted(by_reason.items(), key=lambda i: -len(i[1])):
-        geometries = {r.name.split("_", 3)[3] for r in items}  # conv_<backend>_<flavor>_<geometry id>
+        geometries = {geometry_id(r.name) for r in items}
         lines.append(f"[{len(items)} cases, {len(geometries)} geometries] {reason}\n      e.g. {items[0].name}")
     return lines
 
@@ -229,10 +229,10 @@ def performance_summary(entries: list[dict]) -> list[str]:
 
 
 def summary(entries: list[dict], buckets_: list[dict] | None = None, report_dir: Path | None = None,
-            refused: list = (), causes_: list[dict] | None = None) -> str:
+            refused: list = (), causes_: list[dict] | None = None, networks_: list[dict] | None = None) -> str:
     cols, rows = summary_rows(entries)
     parts = [format_table(["", *cols, "total"], rows)]
-    parts += networks.lines(networks.view(entries, signature))
+    parts += networks.lines(networks_ if networks_ is not None else networks.view(entries, signature))
     parts += refusal_summary(list(refused))
     totals = stage_totals(entries)
     if totals:
@@ -310,8 +310,8 @@ def junit_xml(entries: list[dict]) -> str:
 
 
 def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: list = ()) -> dict:
-    """Write results.json, junit.xml and report.html; return the buckets, the root causes and the
-    case table's rows (explorer.records)."""
+    """Write results.json, junit.xml and report.html; return the buckets, the root causes, the
+    per-network view and the case table's rows (explorer.records)."""
     from pipeline.results.explorer import records
     from pipeline.results.html import render
 
@@ -333,7 +333,7 @@ def write_report(entries: list[dict], report_dir: Path, tools: dict, refused: li
     cases = records(entries)
     write_text(report_dir / "report.html", render(entries, cols, rows, groups, tools, refused, cases, found,
                                                   document["networks"]))
-    return {"buckets": groups, "causes": found, "records": cases}
+    return {"buckets": groups, "causes": found, "networks": document["networks"], "records": cases}
 
 
 def tool_versions(cfg, target) -> dict:
@@ -393,7 +393,7 @@ def report_run(cfg, cases: list[Case], out=None, changed: bool = True) -> None:
         written = write_report(entries, folder, tool_versions(cfg, target), refused)
         groups = written["buckets"]
         every += written["records"]
-        text = summary(entries, groups, folder, refused, written["causes"]) + "\n"
+        text = summary(entries, groups, folder, refused, written["causes"], written["networks"]) + "\n"
         write_text(cached, text)
         write_text(folder / "summary.key", key)
         print(heading + text, end="", file=out)
@@ -453,4 +453,5 @@ def merge_reports(sources: list[str], cfg, out=None) -> None:
         refused = list(merged["refused"].values())
         written = write_report(entries, folder, merged["tools"], refused)
         print(f"target {target}: {len(entries)} cases, merged from {len(documents)} reports\n"
-              + summary(entries, written["buckets"], folder, refused, written["causes"]), file=out or sys.stdout)
+              + summary(entries, written["buckets"], folder, refused, written["causes"], written["networks"]),
+              file=out or sys.stdout)

@@ -23,6 +23,16 @@ ADVERSARIAL_SUFFIX = "_adv"  # a case of the adversarial data mode: conv_..._adv
 DATA_SUFFIXES = {"random": "", "adversarial": ADVERSARIAL_SUFFIX, "structured": "_str"}  # case names per mode
 
 
+def geometry_id(name: str) -> str:
+    """The geometry id in a case's name (conv_<backend>_<flavor>_<id>[<data suffix>]); empty for
+    a name that is no case's."""
+    for suffix in DATA_SUFFIXES.values():
+        if suffix and name.endswith(suffix):
+            name = name[:-len(suffix)]
+    parts = name.split("_", 3)
+    return parts[3] if len(parts) == 4 and parts[0] == "conv" else ""
+
+
 def check_data_mode(mode: str, field: str = "data") -> str:
     if mode not in DATA_MODES:
         raise ConfigError(field, mode, f"must be one of {', '.join(DATA_MODES)}")

@@ -23,10 +23,19 @@ def table() -> dict:
     return json.loads(TABLE.read_text())["networks"]
 
 
-def layers() -> list[tuple[str, dict, Geometry]]:
+@lru_cache(maxsize=1)
+def layers() -> tuple[tuple[str, dict, Geometry], ...]:
     """(network, layer record, its geometry) for every conv layer of every network, in order."""
-    return [(name, layer, Geometry.from_dict(layer["geometry"], f"{TABLE.name}: {name}.{layer['layer']}"))
-            for name, net in table().items() for layer in net["layers"]]
+    return tuple((name, layer, Geometry.from_dict(layer["geometry"], f"{TABLE.name}: {name}.{layer['layer']}"))
+                 for name, net in table().items() for layer in net["layers"])
+
+
+def by_network() -> dict[str, list[tuple[dict, Geometry]]]:
+    """network -> (layer record, its geometry) of each of its conv layers, in order."""
+    out: dict[str, list[tuple[dict, Geometry]]] = {}
+    for name, layer, g in layers():
+        out.setdefault(name, []).append((layer, g))
+    return out
 
 
 def geometries() -> tuple[tuple[str, Geometry], ...]:
@@ -41,4 +50,4 @@ def geometry_ids(network: str) -> set[str]:
     """The ids of the geometries a network's conv layers use."""
     if network not in table():
         raise ConfigError("net", network, f"is not a network of the networks profile: {', '.join(table())}")
-    return {g.id for name, _, g in layers() if name == network}
+    return {g.id for _, g in by_network()[network]}

@@ -256,13 +256,11 @@ def explanation_lines(explanation: str) -> list[str]:
     """The wrong answer explained (pipeline/checks/explain.py): the mis-lowering whose output,
     computed by the float64 reference, the module's output matches within the check's own
     tolerance, or that none of them does."""
-    from pipeline.checks.explain import NONE
+    from pipeline.checks.explain import CANDIDATES, NONE
 
     if explanation == NONE:
-        return ["The wrong answer explained: none matched. None of the mis-lowerings tried (dilation or stride "
-                "ignored, H and W swapped, kernel flipped, bias dropped or doubled, padding shifted by one, groups "
-                "ignored, output channels permuted, zero points ignored, output unwritten) gives the module's "
-                "output within the check's own tolerance.", ""]
+        return [f"The wrong answer explained: none matched. None of the {len(CANDIDATES)} mis-lowerings tried "
+                f"({', '.join(CANDIDATES)}) gives the module's output within the check's own tolerance.", ""]
     return [f"The wrong answer explained: **{explanation}**. The module's output matches, within the check's "
             "own tolerance, the float64 conv computed with that mistake.", ""]
 

@@ -66,7 +66,7 @@ from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
 from pipeline.results.region import features
-from pipeline.results.report import TOOL_FAILURES, collect, signature, tool_versions, write_report
+from pipeline.results.report import TOOL_FAILURES, causes, collect, signature, tool_versions, write_report
 from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
 from pipeline.space.geometry import Geometry, macs
@@ -554,18 +554,15 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
 
 
 def new_root_causes(evaluated: list[tuple[Case, dict]], found: dict) -> list[dict]:
-    """The root causes (pipeline/results/causes.py) of the new buckets, per target, from the
-    hunt's cases in them (`evaluated`: each case with its result entry)."""
-    from pipeline.results.causes import root_causes
-
-    causes = []
+    """The root causes (the report's: pipeline/results/causes.py) of the new buckets, per target,
+    from the hunt's cases in them (`evaluated`: each case with its result entry)."""
+    out = []
     for target in sorted({f.target for f in found.values()}):
         new = {f.bucket for f in found.values() if f.target == target}
-        failing = [(signature(e), e) for c, e in evaluated
-                   if c.target == target and e["status"] in TOOL_FAILURES and signature(e) in new]
-        causes += [{"target": target, "buckets": cause["buckets"], "joined_by": cause["joined_by"]}
-                   for cause in root_causes(failing)]
-    return causes
+        mine = [e for c, e in evaluated if c.target == target and signature(e) in new]
+        out += [{"target": target, "buckets": cause["buckets"], "joined_by": cause["joined_by"]}
+                for cause in causes(mine)]
+    return out
 
 
 def _write_specs(folder: Path, state: Hunt, cases: list[Case]) -> None:
