@@ -1,11 +1,12 @@
-"""The networks profile: the conv layers of keras.applications' networks (pipeline/frontends/
-networks.py, the table pipeline/space/networks.json, pipeline/space/networks.py), checked
-against the frameworks' own layer counts and output shapes; the `net:` selector."""
+"""The networks profile: the conv layers of keras.applications' and torchvision's networks
+(pipeline/frontends/networks.py, the table pipeline/space/networks.json, pipeline/space/networks.py),
+checked against the frameworks' own layer counts and output shapes; the `net:` selector."""
 import fnmatch
 
 import pytest
 
 from pipeline.engine.selection import expand, geometry_id
+from pipeline.frontends.networks import KERAS_NETWORKS, TORCH_NETWORKS
 from pipeline.space import networks
 from pipeline.space.cases import make_cases
 from pipeline.space.geometry import Geometry, macs
@@ -16,7 +17,7 @@ KNOWN_COUNTS = {"mobilenet_v2": (35, 17), "resnet50": (53, 0)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("network", sorted(networks.table()))
+@pytest.mark.parametrize("network", sorted(KERAS_NETWORKS))
 def test_each_keras_conv_layer_is_one_geometry_with_the_layer_s_output_shape(network):
     import keras
 
@@ -36,6 +37,66 @@ def test_each_keras_conv_layer_is_one_geometry_with_the_layer_s_output_shape(net
         assert [*g.spatial, g.c_in] == [int(v) for v in layer.input.shape[1:]], layer.name
     # the checked-in table holds exactly this extraction
     assert networks.table()[network]["layers"] == extracted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("network", sorted(TORCH_NETWORKS))
+def test_each_torch_conv_module_is_one_geometry_with_its_output_shape_or_skipped_with_a_reason(network):
+    import torch
+
+    from pipeline.frontends.networks import build_torch, torch_conv_layers
+
+    model = build_torch(network)
+    convs = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    seen = {}
+
+    def record(name):
+        def hook(module, args, out):  # returns None: the output stands
+            seen.setdefault(name, (args[0].shape, out.shape))
+        return hook
+
+    hooks = [m.register_forward_hook(record(name)) for name, m in convs.items()]
+    with torch.no_grad():
+        model(torch.zeros(1, 3, 224, 224))
+    for h in hooks:
+        h.remove()
+    net = networks.table()[network]
+    layers, skipped = net["layers"], networks.skipped(network)
+    assert len(convs) == len(layers) + len(skipped) and skipped == net.get("skipped", [])
+    assert sorted(r["layer"] for r in layers + skipped) == sorted(convs)
+    for record in layers:
+        g = Geometry.from_dict(record["geometry"])
+        x, y = seen[record["layer"]]
+        assert [*g.out_spatial, g.c_out] == [y[2], y[3], y[1]] == record["output"], record["layer"]
+        assert [*g.spatial, g.c_in] == [x[2], x[3], x[1]], record["layer"]
+    assert all(s["kind"] == "Conv2d" and s["reason"].startswith("pads (") for s in skipped)
+    # the checked-in table holds exactly this extraction
+    assert torch_conv_layers(model) == (layers, skipped)
+
+
+def test_a_torch_conv_is_valid_same_or_skipped_by_its_pads_against_tf_same():
+    import torch
+
+    from pipeline.frontends.networks import torch_padding
+
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=1, padding=1), (56, 56)) == ("same", "")
+    assert torch_padding(torch.nn.Conv2d(8, 8, 1, padding=0), (56, 56)) == ("valid", "")
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (56, 56)) == \
+        (None, "pads (1, 1) per axis; TF SAME on 56 at stride 2 pads (0, 1)")
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 57)) == ("same", "")  # odd: (1, 1)
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 56)) == \
+        (None, "pads (1, 1) on W; TF SAME on 56 at stride 2 pads (0, 1)")
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, padding="same"), (56, 56)) == ("same", "")
+    kind, why = torch_padding(torch.nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"), (56, 56))
+    assert kind is None and "reflect" in why
+
+
+def test_torch_networks_fuse_relu_only_where_a_relu_alone_follows_the_conv_and_its_batch_norm():
+    resnet = {l["layer"]: l["activation"] for l in networks.table()["resnet18"]["layers"]}
+    assert all(a == ("relu" if name.endswith("conv1") else "none") for name, a in resnet.items())  # conv2 -> bn -> add
+    mobilenet = networks.table()["mobilenet_v3_large"]["layers"]
+    assert {l["activation"] for l in mobilenet} == {"relu", "none"}  # its hard-swish is not fused
+    assert all(l["activation"] == "relu" for l in mobilenet if l["layer"].endswith("fc1"))  # squeeze-and-excite
 
 
 def test_mobilenet_v2_fuses_relu6_everywhere_but_its_linear_bottlenecks():
@@ -115,6 +176,23 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     assert view.view([{**e, "status": "not run"} for e in entries], signature) == []  # nothing ran: no row
     page = _networks_section([row])
     assert f"<td>{len(used) - uses - first} of 53, {first} compiled only</td>" in page
+
+
+def test_the_view_names_a_network_s_skipped_layers_in_its_summary_and_page():
+    from pipeline.results import networks as view
+    from pipeline.results.html import _networks_section
+    from pipeline.results.report import signature
+
+    used = [g for name, _, g in networks.layers() if name == "resnet18"]
+    entries = [{"case": f"c{i}", "backend": "onnx", "flavor": "f32", "geometry": g.to_dict(), "status": "pass"}
+               for i, g in enumerate(dict.fromkeys(used))]
+    row = next(r for r in view.view(entries, signature) if r["network"] == "resnet18")
+    skipped = [x["layer"] for x in networks.skipped("resnet18")]
+    assert skipped and row["skipped"] == skipped and row["layers"] == len(used)
+    text = "\n".join(view.lines([row]))
+    assert f"  {len(skipped)} conv layers not expressible (skipped), listed in the table: {skipped[0]}" in text
+    assert f"({len(skipped)} conv layers not expressible, skipped)" in _networks_section([row])
+    assert networks.skipped("mobilenet_v2") == []
 
 
 def test_compare_lists_each_network_s_verdict_changes_and_its_stack_s_cycle_ratio():

@@ -8,10 +8,17 @@ groups and channels, with the activation a converter fuses into it: the layer's 
 one right after it and its batch norm (TFLite folds the batch norm into the conv, then fuses a
 ReLU or ReLU6 that follows). Other activations (swish, hard-swish, sigmoid) are not fused:
 `none`.
+
+The torch networks (torchvision.models, `weights=None`) go the same way: each nn.Conv2d, with
+the shapes a forward hook sees on a zero 1x3x224x224 input in eval mode, and the activation
+that is the single user of the conv (or of its BatchNorm2d) in the torch.fx graph. A torch conv
+pads symmetrically; one whose pads are neither zero nor TF SAME's on that input (a 3x3 stride-2
+conv with padding 1 on an even input: TF SAME pads (0, 1)) has no Geometry, and is listed as
+skipped, with the pads that differ.
 """
 from __future__ import annotations
 
-from pipeline.space.geometry import Geometry
+from pipeline.space.geometry import Geometry, same_padding
 
 # network -> (keras.applications constructor, input shape H x W x C)
 KERAS_NETWORKS = {
@@ -19,6 +26,11 @@ KERAS_NETWORKS = {
     "mobilenet_v3_small": ("MobileNetV3Small", (224, 224, 3)),
     "efficientnet_b0": ("EfficientNetB0", (224, 224, 3)),
     "resnet50": ("ResNet50", (224, 224, 3)),
+}
+# network -> (torchvision.models constructor, input shape H x W x C)
+TORCH_NETWORKS = {
+    "resnet18": ("resnet18", (224, 224, 3)),
+    "mobilenet_v3_large": ("mobilenet_v3_large", (224, 224, 3)),
 }
 FUSED = ("relu", "relu6")  # the activations a conv carries fused (TFLite's fused activation)
 
@@ -97,3 +109,129 @@ def activation(model, layer) -> str:
         after = _followers(model, after[0])
     name = _named(after[0]) if len(after) == 1 else None
     return name if name in FUSED else "none"
+
+
+def torchvision_models():
+    """torchvision.models, without running torchvision's package __init__, which loads its
+    compiled ops: the torchvision wheel on PyPI links them against CUDA torch (libc10_cuda.so),
+    so with the CPU torch wheel `import torchvision` fails ("operator torchvision::nms does not
+    exist"). The model definitions are plain Python and need none of them. Where torchvision is
+    already imported, its own module."""
+    import importlib
+    import importlib.util
+    import sys
+
+    if "torchvision" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")
+        if spec is None:
+            raise ModuleNotFoundError("torchvision is not installed", name="torchvision")
+        sys.modules["torchvision"] = importlib.util.module_from_spec(spec)  # the package, its __init__ not run
+    return importlib.import_module("torchvision.models")
+
+
+def build_torch(network: str):
+    """The network's torch model in eval mode, random weights (nothing is downloaded)."""
+    constructor, _ = TORCH_NETWORKS[network]
+    return getattr(torchvision_models(), constructor)(weights=None).eval()
+
+
+def torch_padding(conv, spatial) -> tuple[str | None, str]:
+    """("valid" or "same", "") for an nn.Conv2d on an input of `spatial` (H, W): valid where it
+    pads nothing, same where its pads (p, p) are TF SAME's on every axis; else (None, why)."""
+    if conv.padding_mode != "zeros":
+        return None, f"padding_mode {conv.padding_mode!r}; the geometry pads with zeros only"
+    if conv.padding == "valid":
+        return "valid", ""
+    if conv.padding == "same":  # torch allows it at stride 1 only: (k - 1) d in all, the odd one after, as TF
+        return "same", ""
+    pads = tuple(conv.padding)
+    if not any(pads):
+        return "valid", ""
+    axes = list(zip(spatial, conv.kernel_size, conv.stride, conv.dilation, pads))
+    tf = [same_padding(n, k, s, d) for n, k, s, d, _ in axes]
+    if all(t == (p, p) for t, (*_, p) in zip(tf, axes)):
+        return "same", ""
+
+    def why(n, k, s, d, p, t):
+        return f"TF SAME on {n} at stride {s}{f' dilation {d}' if d != 1 else ''} pads {t}"
+
+    if len(set(axes)) == 1:
+        return None, f"pads ({pads[0]}, {pads[0]}) per axis; {why(*axes[0], tf[0])}"
+    return None, "; ".join(f"pads ({p}, {p}) on {axis}; {why(n, k, s, d, p, t)}"
+                           for axis, (n, k, s, d, p), t in zip("HW", axes, tf) if t != (p, p))
+
+
+def _torch_activation(users: dict, node) -> str:
+    """The activation fused into the conv at fx `node` (FUSED), or none: the single user of the
+    conv, or of its single user when that is a BatchNorm2d (`users`: node -> its users)."""
+    import torch
+    import torch.nn.functional as F
+
+    after = users(node)
+    if len(after) == 1 and isinstance(after[0][1], torch.nn.BatchNorm2d):
+        after = users(after[0][0])
+    if len(after) != 1:
+        return "none"
+    user, module = after[0]
+    if isinstance(module, torch.nn.Hardtanh):  # ReLU6 is Hardtanh(0, 6)
+        return "relu6" if (module.min_val, module.max_val) == (0.0, 6.0) else "none"
+    if isinstance(module, torch.nn.ReLU):
+        return "relu"
+    if user.op == "call_function" and user.target in (F.relu, torch.relu, torch.relu_):
+        return "relu"
+    if user.op == "call_function" and user.target is F.relu6:
+        return "relu6"
+    if user.op == "call_method" and user.target in ("relu", "relu_"):
+        return "relu"
+    return "none"
+
+
+def torch_conv_layers(model, shape=(224, 224, 3)) -> tuple[list[dict], list[dict]]:
+    """Every nn.Conv2d of a torch model, in the model's order, as (layers, skipped): layers as
+    conv_layers' records ("output" [H, W, C]), from a forward hook on a zero input of `shape`
+    (H x W x C) in eval mode; skipped [{"layer", "kind", "reason"}] for the convs no Geometry
+    expresses (torch_padding), or that the forward pass does not run exactly once."""
+    import torch
+    from torch import fx
+
+    convs = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    seen: dict[str, list] = {name: [] for name, _ in convs}
+
+    def record(name):
+        def hook(module, args, out):  # returns None: the output stands
+            seen[name].append((args[0].shape, out.shape))
+        return hook
+
+    hooks = [m.register_forward_hook(record(name)) for name, m in convs]
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, shape[2], shape[0], shape[1]))
+    finally:
+        for h in hooks:
+            h.remove()
+    graph = fx.symbolic_trace(model).graph
+    modules = dict(model.named_modules())
+    nodes = {n.target: n for n in graph.nodes if n.op == "call_module" and n.target in seen}
+
+    def users(node):
+        return [(u, modules.get(u.target) if u.op == "call_module" else None) for u in node.users]
+
+    layers, skipped = [], []
+    for name, conv in convs:
+        if len(seen[name]) != 1 or name not in nodes:
+            skipped.append({"layer": name, "kind": "Conv2d",
+                            "reason": f"runs {len(seen[name])} times in one forward pass in eval mode"})
+            continue
+        (x, y), = seen[name]
+        padding, reason = torch_padding(conv, tuple(x[2:]))
+        if padding is None:
+            skipped.append({"layer": name, "kind": "Conv2d", "reason": reason})
+            continue
+        dilation = tuple(conv.dilation)
+        g = Geometry(2, tuple(x[2:]), tuple(conv.kernel_size), tuple(conv.stride), conv.in_channels,
+                     conv.out_channels, padding, None if dilation == (1, 1) else dilation,
+                     conv.groups).validate(f"layer {name}")
+        layers.append({"layer": name, "kind": "Conv2d", "geometry": g.to_dict(),
+                       "activation": _torch_activation(users, nodes[name]), "output": [y[2], y[3], y[1]]})
+    return layers, skipped

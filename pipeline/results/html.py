@@ -205,7 +205,8 @@ def _network_rows(networks_) -> str:
                                 if t.get("macs_per_cycle") else "") for t in c["top"])) if c else ""
             counts = f"{f['pass']} of {f['layers']}" + (f", {f['compiled']} compiled only" if f["compiled"] else "") \
                 + (f", {f['missing']} not run" if f["missing"] else "")
-            out.append(f"<tr><td>{e(row['network'])}</td><td>{e(v)}</td><td>{counts}</td><td>{failing}</td>"
+            skipped = f" ({len(row['skipped'])} conv layers not expressible, skipped)" if row.get("skipped") else ""
+            out.append(f"<tr><td>{e(row['network'])}{skipped}</td><td>{e(v)}</td><td>{counts}</td><td>{failing}</td>"
                        f"<td>{cost}</td></tr>")
     return "".join(out)
 

@@ -4,6 +4,8 @@ layer passes when its geometry's case of that flavor passes), the failing layers
 their stage and bucket, and, where the compiler estimates NPU cycles (torq), the cycles of the
 whole conv stack: the sum over layers, each layer counted once per use (a geometry used by
 three layers counts three times), the MACs per cycle of each layer, and the costliest layers.
+A network's conv layers that no geometry expresses (networks.skipped) have no case: the view
+names them, apart from its layers.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def view(entries: list[dict], bucket) -> list[dict]:
     {"layers", "pass", "failing": [{"layer", "status", "stage", "bucket"}], "missing"}},
     "cycles": {variant: {"total", "layers", "of", "per_layer": [{"layer", "cycles",
     "macs_per_cycle"}] costliest first, "top": its first TOP}}, "cases": {layer: the geometry id in
-    its cases' names, conv_<backend>_<flavor>_<id>}}.
+    its cases' names, conv_<backend>_<flavor>_<id>}, "skipped": [the layers no geometry expresses]}.
     `bucket(entry)` names a failing case's bucket. A layer with no case of a flavor that ran (not
     swept, not run yet, or refused) counts as missing, never as passing; one compiled only
     (CONV_SWEEP_COMPILE_ONLY) as compiled, neither passing nor failing."""
@@ -62,7 +64,8 @@ def view(entries: list[dict], bucket) -> list[dict]:
                 cycles[v] = {"total": sum(p["estimated_npu_cycles"] for _, p in costed), "layers": len(costed),
                              "of": len(used), "top": per_layer[:TOP], "per_layer": per_layer}
         rows.append({"network": network, "layers": len(used), "flavors": flavors, "cycles": cycles,
-                     "cases": {layer["layer"]: g.id for layer, g in used}})
+                     "cases": {layer["layer"]: g.id for layer, g in used},
+                     "skipped": [x["layer"] for x in networks.skipped(network)]})
     return rows
 
 
@@ -121,6 +124,9 @@ def lines(rows: list[dict], target: str = "") -> list[str]:
     on = f" on {target}" if target else ""
     for row in rows:
         out.append(f"{row['network']} ({row['layers']} conv layers){on}:")
+        if row.get("skipped"):
+            out.append(f"  {len(row['skipped'])} conv layers not expressible (skipped), listed in the table: "
+                       f"{', '.join(row['skipped'])}")
         for v, f in row["flavors"].items():
             missing = (f", {f['compiled']} compiled only" if f["compiled"] else "") + \
                 (f", {f['missing']} not run" if f["missing"] else "")

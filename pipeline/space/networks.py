@@ -1,9 +1,10 @@
 """The networks profile (CONV_SWEEP_PROFILE=networks): the conv layers of well-known networks,
 from the table pipeline/space/networks.json (written by pipeline/dev/networks.py from
-keras.applications; read here without TensorFlow).
+keras.applications and torchvision.models; read here without TensorFlow or torch).
 
 Each distinct geometry is swept once, whichever layers use it; `layers()` lists them all, and
-`net:<network>` selects a network's cases (pipeline/engine/selection.py).
+`net:<network>` selects a network's cases (pipeline/engine/selection.py). A network's conv
+layers that no geometry expresses are not swept: `skipped()` lists them, with the reason.
 """
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ def layers() -> tuple[tuple[str, dict, Geometry], ...]:
     """(network, layer record, its geometry) for every conv layer of every network, in order."""
     return tuple((name, layer, Geometry.from_dict(layer["geometry"], f"{TABLE.name}: {name}.{layer['layer']}"))
                  for name, net in table().items() for layer in net["layers"])
+
+
+def skipped(network: str) -> list[dict]:
+    """The network's conv layers that no geometry expresses, [{"layer", "kind", "reason"}]: not swept."""
+    return table()[network].get("skipped", [])
 
 
 def by_network() -> dict[str, list[tuple[dict, Geometry]]]:
