@@ -175,6 +175,36 @@ def test_an_f32_model_run_in_bf16_on_torq_bias_dropped():
     assert _named(case, weights, x, refs, refs["bf16"], torq) == explain.NONE
 
 
+
+@pytest.mark.parametrize("kind", ["fused activation dropped", "fused activation applied to the bias, not the sum",
+                                  "relu6 clamped as relu"])
+def test_an_activation_mis_lowered_in_bf16_on_torq_is_named(kind):
+    """relu6 on an f32 model run in bf16, as torq 2.3.0 was seen to do it: the plain conv (TFLite),
+    the plain conv with the activation applied to its bias (ONNX), relu without its upper clamp."""
+    from pipeline.checks.reference import activate
+
+    g = Geometry(2, (6, 7), (3, 3), (1, 1), 3, 4, "valid", activation="relu6")
+    case, weights, x, _ = _f32_case(g, seed=6)
+    weights = replace(weights, kernel=weights.kernel * 4, bias=weights.bias * 3, activation="relu6")
+    torq = PROFILES["torq"]
+    held = replace(weights, kernel=round_to_bf16(weights.kernel).astype(np.float64),
+                   bias=round_to_bf16(weights.bias).astype(np.float64))
+    xb = round_to_bf16(x.astype(np.float64)).astype(np.float64)
+    total = float64_reference(case, held, xb)
+    assert (total < 0).any() and (total > 6).any() and (held.bias < 0).any()
+    refs = {"weights": weights, "float64": float64_reference(case, weights, x), "abs_sum": abs_sum(case, weights, x),
+            "bf16_sum": total, "bf16": round_to_bf16(activate(total, "relu6")), "bf16_abs_sum": abs_sum(case, held, xb),
+            "bf16_bias": held.bias}
+    refs["expected"] = refs["bf16"]
+    bias = held.bias.reshape(1, -1, 1, 1)
+    actual = round_to_bf16({"fused activation dropped": total,
+                            "fused activation applied to the bias, not the sum": total - bias + activate(bias, "relu6"),
+                            "relu6 clamped as relu": activate(total, "relu")}[kind])
+    assert _misses(case, weights, x, refs, actual, torq)
+    assert _named(case, weights, x, refs, actual, torq) == kind
+    assert _named(case, weights, x, refs, refs["bf16"], torq) == explain.NONE
+
+
 def _w8i8_case():
     g = Geometry(2, (7, 8), (3, 3), (1, 1), 4, 3, "valid")
     rng = np.random.default_rng(5)

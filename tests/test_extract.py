@@ -41,9 +41,14 @@ def test_tflite_convs_are_geometries_with_the_layers_output_shapes_and_fused_act
     spec = extract(path)
     layers = [(layer, _out_shape(g)) for g in spec["geometries"] for layer in g["layers"]]
     assert sorted(shape for _, shape in layers) == sorted(shapes)  # one per keras conv, with its output shape
-    assert len(spec["geometries"]) == 3  # the two identical convs are one geometry listing both layers
-    shared = next(g for g in spec["geometries"] if len(g["layers"]) == 2)
-    assert sorted(l["activation"] for l in shared["layers"]) == ["none", "relu"]
+    # the two convs identical but for their activation are two geometries: the activation is the geometry's
+    assert len(spec["geometries"]) == 4
+    assert all(l["activation"] == g.get("activation", "none") for g in spec["geometries"] for l in g["layers"])
+    shapes_of = {}
+    for g in spec["geometries"]:
+        shapes_of.setdefault(json.dumps({k: v for k, v in g.items() if k not in ("activation", "layers")}), []).append(g)
+    [twins] = [group for group in shapes_of.values() if len(group) == 2]
+    assert sorted(g.get("activation", "none") for g in twins) == ["none", "relu"]
     assert sorted(l["activation"] for _, l in [(g, l) for g in spec["geometries"] for l in g["layers"]]) == \
         ["none", "none", "relu", "relu6"]
     depthwise = next(g for g in spec["geometries"] if g["layers"][0]["op"] == "DEPTHWISE_CONV_2D")
@@ -74,8 +79,8 @@ def test_onnx_convs_from_torch_with_relu_relu6_and_what_cannot_be_expressed(tmp_
     by_cin = {g["c_in"]: g for g in spec["geometries"]}
     assert sorted(by_cin) == [3, 8]
     assert _out_shape(by_cin[3]) == (16, 16, 8) and by_cin[3]["padding"] == "same"
-    assert by_cin[3]["layers"][0]["activation"] == "relu"
-    assert by_cin[8]["groups"] == 4 and by_cin[8]["layers"][0]["activation"] == "relu6"
+    assert by_cin[3]["layers"][0]["activation"] == by_cin[3]["activation"] == "relu"
+    assert by_cin[8]["groups"] == 4 and by_cin[8]["layers"][0]["activation"] == by_cin[8]["activation"] == "relu6"
     reasons = {s["op"]: s["reason"] for s in spec["skipped"]}
     assert "neither VALID nor TF's SAME" in reasons["Conv"] and "ConvTranspose" in reasons
 
@@ -102,11 +107,12 @@ def test_doit_extract_writes_a_spec_the_sweep_reads(tflite_model, tmp_path):
     out = tmp_path / "convs.json"
     run = doit("extract", str(path), "--out", str(out), env=clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 conv layers, 3 distinct geometries; 1 skipped" in run.stdout
+    assert "4 conv layers, 4 distinct geometries; 1 skipped" in run.stdout
     spec = load_spec(out)
-    assert len(spec.geometries) == 3 and json.loads(out.read_text())["skipped"]
+    assert len(spec.geometries) == 4 and json.loads(out.read_text())["skipped"]
+    assert {g.activation for _, g in spec.geometries} == {"none", "relu", "relu6"}
     listed = doit("list", "--all", env=clean_env(CONV_SWEEP_SPEC=out, CONV_SWEEP_TARGET="llvm-cpu",
                                                    CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
-    assert listed.returncode == 0 and sum(line.startswith("verify:") for line in listed.stdout.splitlines()) == 15
+    assert listed.returncode == 0 and sum(line.startswith("verify:") for line in listed.stdout.splitlines()) == 20
     bad = doit("extract", str(tmp_path / "missing.onnx"), env=clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
     assert bad.returncode != 0 and "missing.onnx" in bad.stdout + bad.stderr and "is not a file" in bad.stdout + bad.stderr

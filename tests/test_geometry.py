@@ -84,3 +84,14 @@ def test_from_dict_rejects_unknown_and_missing_fields():
     assert Geometry.from_dict(Geometry.from_dict(wide).to_dict()) == Geometry.from_dict(wide)
     with pytest.raises(ConfigError, match="geometry.c_out"):
         Geometry.from_dict({k: v for k, v in good.items() if k != "c_out"})
+
+
+def test_a_fused_activation_is_named_in_the_id_and_the_spec_only_when_present():
+    plain = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4)
+    relu6 = Geometry(2, (8, 8), (3, 3), (1, 1), 4, 4, activation="relu6")
+    assert relu6.id == plain.id + "_arelu6" and "activation" not in plain.to_dict()
+    assert relu6.to_dict()["activation"] == "relu6"
+    assert Geometry.from_dict(relu6.to_dict()) == relu6 and Geometry.from_dict(plain.to_dict()) == plain
+    with pytest.raises(ConfigError) as err:
+        Geometry.from_dict({**plain.to_dict(), "activation": "gelu"})
+    assert err.value.field == "geometry.activation" and "relu6" in str(err.value)

@@ -58,3 +58,32 @@ def test_bf16_model_keeps_the_single_conv_and_its_pads():
     attrs = {a.name: list(a.ints) for a in model.graph.node[0].attribute if a.ints}
     assert g.pads == ((1, 1), (1, 2))  # H: out 4, total 3*3 + 5 - 12 = 2; W: out 6, total 5*2 + 4 - 11 = 3
     assert attrs["pads"] == [1, 1, 1, 2] and attrs["dilations"] == [2, 3] and attrs["strides"] == [3, 2]
+
+
+@pytest.mark.parametrize("activation, node", [("relu", "Relu"), ("relu6", "Clip")])
+@pytest.mark.parametrize("flavor", ["f32", "bf16"])
+def test_a_fused_activation_follows_the_conv_and_the_oracle_reads_it(activation, node, flavor, tmp_path):
+    """Conv then Relu, or Clip to [0, 6] (bf16 bounds in the bf16 model), as exporters write them;
+    onnxruntime's f32 output is act(float64 conv); the oracle reads the activation back."""
+    import onnx
+    import onnxruntime
+
+    from pipeline.checks.oracle import onnx_weights
+    from pipeline.checks.reference import activate, conv_nchw
+    from pipeline.frontends.model_onnx import build_onnx
+
+    g = Geometry(2, (9, 8), (3, 3), (2, 2), 4, 6, "same", activation=activation)
+    case = Case(g, "onnx", flavor)
+    path = tmp_path / "model.onnx"
+    build_onnx(case, path)
+    model = onnx.load(str(path))
+    assert [n.op_type for n in model.graph.node] == ["Conv", node]
+    onnx.checker.check_model(model, full_check=True)
+    weights = onnx_weights(path)
+    assert weights.activation == activation
+    if flavor == "f32":
+        x = float_samples(input_shape(case), 4) * 50  # sums past 6 too
+        got = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+        want = activate(conv_nchw(x, weights.kernel, weights.bias, g), activation)
+        assert (want == 0).any() and (activation == "relu" or (want == 6).any())
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -99,3 +99,31 @@ def test_the_same_case_converts_to_the_same_bytes(tmp_path):
     for flavor in ("f32", "w8if32", "w8i8"):
         first, second = (tmp_path / "a" / flavor).read_bytes(), (tmp_path / "b" / flavor).read_bytes()
         assert len(first) > 0 and first == second, flavor
+
+
+@pytest.mark.parametrize("geometry", [
+    Geometry(2, (9, 8), (3, 3), (2, 2), 4, 6, "same", activation="relu"),
+    Geometry(2, (9, 8), (3, 3), (1, 1), 5, 5, "same", groups=5, activation="relu6"),  # depthwise
+    Geometry(1, (17,), (3,), (1,), 4, 1, activation="relu6"),  # one output channel: the bias in an ADD
+], ids=lambda g: g.id)
+def test_a_fused_activation_is_the_conv_op_s_own_and_computes_its_clamp(geometry, tmp_path):
+    """The converter fuses the activation into the model (the oracle reads it back and checks its
+    bias through it); the interpreter's output is act(float64 conv), in f32 and in the hybrid flavor."""
+    from pipeline.checks.oracle import tflite_activation, tflite_output, tflite_weights
+    from pipeline.checks.reference import activate
+    from pipeline.frontends.model_tflite import build_tflite
+
+    for flavor in ("f32", "w8if32"):
+        case = Case(geometry, "tflite", flavor)
+        model = tmp_path / f"{flavor}.tflite"
+        build_tflite(case, model)
+        assert tflite_activation(model) == geometry.activation
+        weights = tflite_weights(case, model)
+        kernel, bias = conv_weights(geometry, case.weight_seed)
+        np.testing.assert_allclose(weights.bias, bias, rtol=1e-6, atol=1e-7)
+        x = float_samples(input_shape(case), 3) * 4
+        got = tflite_output(case, model, x, reference_kernels=False)
+        want = activate(to_channels_last(conv_nchw(to_channels_first(x), weights.kernel, weights.bias, geometry)),
+                        geometry.activation)
+        assert (want == 0).any()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

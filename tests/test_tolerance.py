@@ -273,3 +273,18 @@ def test_separate_bias_step_is_half_a_step_of_the_bias_free_sum():
     assert tolerance.separate_bias_term(np.array([1.0, 0.3]), 0.0).tolist() == [2 ** -8, 2 ** -10]
     # at the top of a binade, with the accumulation error: the step of the binade above
     assert tolerance.separate_bias_term(np.array([1.0 - 2 ** -20]), 1e-5)[0] == 2 ** -8
+
+
+@pytest.mark.parametrize("activation, scale, zero_point, want", [
+    ("none", 0.05, 3, (-128, 127)),
+    ("relu", 0.05, -128, (-128, 127)),  # the output's range starts at 0: its own limits
+    ("relu", 0.05, -20, (-20, 127)),
+    ("relu6", 6.0 / 255, -128, (-128, 127)),  # calibrated to [0, 6]: 6 / s = 255, clamped at 127
+    ("relu6", 0.1, 0, (0, 60)),
+    ("relu6", 0.08, -5, (-5, 70)),  # 6 / 0.08 = 75.0 in f32
+    ("relu6", 0.48, 0, (0, 13)),  # 12.5 rounds half away from zero
+])
+def test_activation_range_is_tflites_clamp(activation, scale, zero_point, want):
+    """TFLite's CalculateActivationRangeQuantized: zp + round(f / s), round half away from zero,
+    f / s in f32, within [-128, 127]."""
+    assert tolerance.activation_range(activation, scale, zero_point) == want

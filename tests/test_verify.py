@@ -337,3 +337,98 @@ def test_w8if32_admits_either_implementation_each_at_its_own_bound():
     assert effect < bound.hybrid.min()  # within the bound that admits the hybrid path everywhere
     for module in (conv(off, x), conv(off, np.round(x / step) * step)):
         assert not comparisons(case, weights, x, refs, module.astype(np.float32))[0].passed
+
+
+def _activated(activation, rng, channels=8, scale=1.0):
+    """_f32_case's conv with a fused activation, its sums S scaled so that some pass 6."""
+    from dataclasses import replace
+
+    case, weights, x, refs, exact = _f32_case(rng, channels)
+    weights = ModelWeights(weights.kernel * scale, weights.bias * scale, False, activation=activation)
+    case = replace(case, geometry=replace(case.geometry, activation=activation))
+    from pipeline.checks.oracle import abs_sum, float64_reference
+
+    exact = float64_reference(case, weights, x)
+    refs = {"weights": weights, "float64": exact, "abs_sum": abs_sum(case, weights, x)}
+    return case, weights, x, refs, exact
+
+
+@pytest.mark.parametrize("activation, low, high", [("relu", 0.0, np.inf), ("relu6", 0.0, 6.0)])
+def test_a_fused_activation_is_checked_after_the_sum_under_the_same_bound(activation, low, high):
+    """act(S) rounded to f32 passes, under the same per-element bound A as without the clamp; the
+    sum without the clamp fails exactly where the clamp moves it by more than A."""
+    case, weights, x, refs, exact = _activated(activation, np.random.default_rng(11), scale=8.0)
+    clamped = np.clip(exact, low, high)
+    assert (exact < low).any() and (activation == "relu" or (exact > high).any())
+    checks = comparisons(case, weights, x, {**refs, "expected": clamped.astype(np.float32)}, clamped.astype(np.float32))
+    assert [c.passed for c in checks] == [True, True]
+    bound = verify_module.float_bound(case, weights, x, refs)
+    [element] = comparisons(case, weights, x, refs, exact.astype(np.float32))[:1]
+    assert not element.passed and element.mismatches == int((np.abs(clamped - exact) > bound.within).sum())
+    assert element.max_tolerance == pytest.approx(float(bound.within.max()))
+
+
+def test_the_tensor_test_sums_only_elements_the_clamp_cannot_touch():
+    """relu: a systematic shift of a third of A on one channel fails the tensor test through the
+    elements well inside the clamp; the clamped elements' errors (truncated toward zero) are left
+    out of the sum, so an output equal to act(S) everywhere passes however many are clamped."""
+    case, weights, x, refs, exact = _activated("relu", np.random.default_rng(12), scale=4.0)
+    bound = verify_module.float_bound(case, weights, x, refs)
+    shifted = exact.copy()
+    shifted[..., 2] += bound.within[..., 2] / 3
+    element, tensor = comparisons(case, weights, x, refs, np.clip(shifted, 0, None).astype(np.float32))
+    assert element.passed and not tensor.passed and tensor.worst_index == [2]
+    from pipeline.checks.reference import clamp_inactive
+
+    keep = clamp_inactive(exact, bound.within, "relu")
+    assert 0 < keep[..., 2].sum() < keep[..., 2].size  # both kinds of element in the channel
+
+
+def test_bf16_with_relu6_accepts_exactly_the_clamped_interval():
+    """ONNX bf16 with relu6: the rounding of act(S) passes; the rounding of S fails where S > 6
+    (its bf16 value is not 6) or S < 0."""
+    from dataclasses import replace
+
+    from pipeline.checks.oracle import abs_sum, float64_reference
+    from pipeline.checks.reference import round_to_bf16
+
+    rng = np.random.default_rng(13)
+    g = Geometry(2, (12, 10), (3, 3), (1, 1), 4, 8, activation="relu6")
+    case = Case(g, "onnx", "bf16")
+    kernel = round_to_bf16(rng.uniform(-3, 3, (8, 4, 3, 3))).astype(np.float64)
+    bias = round_to_bf16(rng.uniform(-0.5, 0.5, 8)).astype(np.float64)
+    x = round_to_bf16(rng.uniform(-1, 1, (1, 4, 12, 10))).astype(np.float64)
+    weights = ModelWeights(kernel, bias, False, activation="relu6")
+    total = float64_reference(case, weights, x)
+    assert (total > 6).any() and (total < 0).any()
+    refs = {"weights": weights, "sum": total, "abs_sum": abs_sum(case, weights, x),
+            "expected": round_to_bf16(np.clip(total, 0, 6))}
+    [check] = comparisons(case, weights, x, refs, refs["expected"])
+    assert check.passed
+    [check] = comparisons(case, weights, x, refs, round_to_bf16(total))
+    outside = (total > 6) | (total < 0)
+    assert not check.passed and check.mismatches == int((round_to_bf16(total).astype(np.float64) !=
+                                                         round_to_bf16(np.clip(total, 0, 6)).astype(np.float64)).sum())
+    assert check.mismatches <= int(outside.sum())
+    none = replace(case, geometry=replace(g, activation="none"))
+    [check] = comparisons(none, weights, x, refs, round_to_bf16(total))
+    assert check.passed
+
+
+def test_w8i8_single_round_clamps_to_the_activation_range():
+    """relu6 on torq's single rounding: the integer models clamp to TFLite's activation range
+    (zp + rn(0 / s), zp + rn(6 / s)), and still reproduce the reference kernels' output."""
+    from dataclasses import replace
+
+    case, weights, refs = _w8i8_on_torq()
+    low, high = tolerance.activation_range("relu6", weights.output_scale, weights.output_zero_point)
+    assert (low, high) == (-3, 4)  # zp -3; 6 / 0.9 = 6.67 -> 7
+    weights = replace(weights, activation="relu6", activation_range=(low, high))
+    case = replace(case, geometry=replace(case.geometry, activation="relu6"))
+    multipliers = weights.input_scale * np.asarray(weights.weight_scales) / weights.output_scale
+    expected = tolerance.requantized(refs["accumulators"], multipliers, -1, -3, (low, high))[0]
+    assert expected.min() == low and expected.max() == high
+    single, _ = single_round_expected(case, weights, {**refs, "expected": expected})
+    assert single.min() >= low and single.max() <= high
+    with pytest.raises(RuntimeError, match="differs from the TFLite reference"):  # the unclamped reference
+        single_round_expected(case, weights, refs)

@@ -42,6 +42,8 @@ Candidates, in the order they are tried (the first that matches is named; CANDID
 - output channels permuted: each output channel of y matched to the reference channel nearest
   it (max abs difference); tried where that is a permutation other than the identity;
 - zero point ignored (w8i8): the input's (x taken as stored), the output's (taken as 0), both;
+- the fused activation dropped (the plain conv), or applied to the bias instead of the sum (the
+  plain conv with bias act(b)), or relu6's upper clamp dropped (relu);
 - output unwritten: none of the above matched and y is all zeros, or one constant.
 Else "none matched".
 """
@@ -53,7 +55,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from pipeline.checks import oracle, tolerance
-from pipeline.checks.reference import conv_nchw, round_to_bf16, to_channels_first, to_channels_last
+from pipeline.checks.reference import activate, conv_nchw, round_to_bf16, to_channels_first, to_channels_last
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry
 
@@ -66,7 +68,9 @@ CANDIDATES = ("dilation ignored", "dilation ignored (H)", "dilation ignored (W)"
               "padding shifted by one (W, one more before)", "padding shifted by one (W, one more after)",
               "groups ignored (first group's input channels)", "groups ignored (kernel repeated over the groups)",
               "output channels permuted", "input zero point ignored", "output zero point ignored",
-              "input and output zero points ignored", "output unwritten (all zeros)", "output unwritten (constant)")
+              "input and output zero points ignored", "fused activation dropped",
+              "fused activation applied to the bias, not the sum", "relu6 clamped as relu",
+              "output unwritten (all zeros)", "output unwritten (constant)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class Conv:
     order: np.ndarray | None = None  # the output channels' order (a permutation), None: as stored
     input_zero_point: int = 0  # w8i8: subtracted from x already
     output_zero_point: int = 0  # w8i8: added after requantization
+    activation: str = "none"  # the fused activation applied after the sum (Geometry.activation)
 
     @property
     def rank(self) -> int:
@@ -199,6 +204,15 @@ def permuted(conv: Conv, reference: np.ndarray, actual: np.ndarray) -> Conv | No
     return replace(conv, kernel=conv.kernel[order], bias=conv.bias[order], order=order)
 
 
+def _activation(conv: Conv) -> Iterator[tuple[str, Conv]]:
+    if conv.activation != "none":
+        yield "fused activation dropped", replace(conv, activation="none")
+        yield "fused activation applied to the bias, not the sum", \
+            replace(conv, bias=activate(conv.bias, conv.activation), activation="none")
+    if conv.activation == "relu6":
+        yield "relu6 clamped as relu", replace(conv, activation="relu")
+
+
 def candidates(conv: Conv, reference: np.ndarray, actual: np.ndarray) -> Iterator[tuple[str, Conv]]:
     """(name, mis-lowered conv) in CANDIDATES' order (reference and actual NCHW)."""
     for family in (_dilation, _stride, _swapped, _flipped, _bias, _padding, _groups):
@@ -207,6 +221,7 @@ def candidates(conv: Conv, reference: np.ndarray, actual: np.ndarray) -> Iterato
     if shuffled is not None:
         yield "output channels permuted", shuffled
     yield from _zero_points(conv)
+    yield from _activation(conv)
 
 
 # --- the verdict's operands, and a candidate in the check's terms ----------------------------------
@@ -238,7 +253,8 @@ def verdict_operands(case: Case, weights: oracle.ModelWeights, x: np.ndarray, re
         zp_in, zp_out = weights.input_zero_point, weights.output_zero_point
         x64 = x64 - zp_in
     return Conv(_nchw(case, x64), np.asarray(kernel, dtype=np.float64), np.asarray(bias, dtype=np.float64),
-                g.pads, g.stride, g.dilation, g.groups, input_zero_point=zp_in, output_zero_point=zp_out)
+                g.pads, g.stride, g.dilation, g.groups, input_zero_point=zp_in, output_zero_point=zp_out,
+                activation=g.activation)
 
 
 def _int_refs(case: Case, weights: oracle.ModelWeights, refs: dict, conv: Conv, total: np.ndarray):
@@ -246,11 +262,14 @@ def _int_refs(case: Case, weights: oracle.ModelWeights, refs: dict, conv: Conv, 
     scales = np.asarray(weights.weight_scales, dtype=np.float64)
     scales = scales if conv.order is None else scales[conv.order]
     acc = np.rint(total).astype(np.int64)
+    clamp = weights.activation_range if conv.activation == weights.activation else \
+        tolerance.activation_range(conv.activation, weights.output_scale, weights.output_zero_point)
     double, _ = tolerance.requantized(acc, weights.input_scale * scales / weights.output_scale,
-                                      _channel_axis(case), conv.output_zero_point)
+                                      _channel_axis(case), conv.output_zero_point, clamp)
     out = {"expected": double, **({"accumulators": acc} if "accumulators" in refs else {})}
     held = replace(weights, kernel_int=conv.kernel.astype(np.int64), bias_int=conv.bias.astype(np.int64),
-                   weight_scales=tuple(scales), output_zero_point=conv.output_zero_point)
+                   weight_scales=tuple(scales), output_zero_point=conv.output_zero_point,
+                   activation=conv.activation, activation_range=clamp)
     return held, out
 
 
@@ -262,7 +281,7 @@ def candidate_refs(case: Case, weights: oracle.ModelWeights, refs: dict, conv: C
         return None
     bias_free, g = made
     total = _model_layout(case, bias_free + conv.bias.reshape(1, -1, *(1,) * conv.rank))
-    case = replace(case, geometry=g)
+    case = replace(case, geometry=replace(g, activation=conv.activation))
     if case.flavor == "w8i8":
         held, out = _int_refs(case, weights, refs, conv, total)
         return case, held, out
@@ -270,7 +289,8 @@ def candidate_refs(case: Case, weights: oracle.ModelWeights, refs: dict, conv: C
     abs_sum = _model_layout(case, evaluate(magnitudes, out_spatial)[0])
     held = replace(weights, kernel=conv.kernel, bias=conv.bias)
     if "bf16" in refs:
-        out = {"bf16": round_to_bf16(total), "bf16_sum": total, "bf16_abs_sum": abs_sum, "bf16_bias": conv.bias}
+        out = {"bf16": round_to_bf16(activate(total, conv.activation)), "bf16_sum": total, "bf16_abs_sum": abs_sum,
+               "bf16_bias": conv.bias}
         if "bias_free" in refs:
             out["bias_free"] = _model_layout(case, bias_free)
         return case, held, out

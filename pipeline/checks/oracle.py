@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.space.cases import Case
-from pipeline.checks.reference import conv_nchw, round_to_bf16, to_channels_first, to_channels_last
+from pipeline.checks.reference import activate, conv_nchw, round_to_bf16, to_channels_first, to_channels_last
+from pipeline.checks.tolerance import activation_range
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class ModelWeights:
     kernel_int: np.ndarray | None = None  # w8i8: the stored int8 kernel, (c_out, c_in, *kernel)
     bias_int: np.ndarray | None = None  # w8i8: the stored int32 bias
     requantized_once: bool = True  # the conv (with its bias) is the whole model: one int8 requantization
+    activation: str = "none"  # the activation the model applies after the sum (Geometry.activation)
+    activation_range: tuple = (-128, 127)  # w8i8: the int8 range its requantization clamps to
 
 
 CONV_OPS = {"CONV_2D": (0, 3, 1, 2), "DEPTHWISE_CONV_2D": (3, 0, 1, 2)}  # op -> filter axes to (O, I/g, KH, KW)
@@ -66,17 +69,48 @@ def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
 
 
 def model_ops(model: Path) -> list[dict]:
-    """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs"} (its
-    tensor indices are the subgraph's, as the interpreter's)."""
+    """The operators of a .tflite model's main subgraph, in order: {"op_name", "inputs",
+    "outputs"} (its tensor indices are the subgraph's, as the interpreter's)."""
     from pipeline.frontends.tflite_file import tflite_ops
 
-    return [{"op_name": name, "inputs": [int(i) for i in op.inputs]} for name, op in tflite_ops(model)[1]]
+    return [{"op_name": name, "inputs": [int(i) for i in op.inputs], "outputs": [int(i) for i in op.outputs]}
+            for name, op in tflite_ops(model)[1]]
+
+
+def tflite_activation(model: Path) -> str:
+    """The activation fused into the model's last op (the conv, or the ADD of its bias)."""
+    from pipeline.frontends.activations import TFLITE_ACTIVATIONS
+    from pipeline.frontends.tflite_file import tflite_ops
+
+    _, ops = tflite_ops(model)
+    fused = [int(getattr(op.builtinOptions, "fusedActivationFunction", 0) or 0) for name, op in ops
+             if name in (*CONV_OPS, "ADD")]
+    named = {TFLITE_ACTIVATIONS.get(f, f"fused activation {f}") for f in fused} - {"none"}
+    if len(named) > 1:
+        raise ValueError(f"{model}: several fused activations: {sorted(named)}")
+    return named.pop() if named else "none"
+
+
+def _constant_bias(interpreter, details: dict, ops: list[dict], bias_index: int, channels: int) -> np.ndarray:
+    """A float model's additive constant read from its tensors: the conv's bias plus the operand
+    of an ADD that no op writes and the model does not take (a constant: the converter may put
+    the bias there, for a Conv1D with one output channel)."""
+    bias = np.zeros(channels)
+    if bias_index >= 0:
+        bias = bias + _dequantize(interpreter, details[bias_index])[0].reshape(-1)
+    written = {i for op in ops for i in op["outputs"]} | {d["index"] for d in interpreter.get_input_details()}
+    for op in ops:
+        if op["op_name"] == "ADD":
+            for i in set(op["inputs"]) - written:
+                bias = bias + _dequantize(interpreter, details[i])[0].reshape(-1)
+    return bias
 
 
 def tflite_weights(case: Case, model: Path) -> ModelWeights:
     interpreter = _interpreter(model, reference_kernels=False)
     details = {d["index"]: d for d in interpreter.get_tensor_details()}
     ops = model_ops(model)
+    activation = tflite_activation(model)
     convs = [op for op in ops if op["op_name"] in CONV_OPS]
     if len(convs) != 1:
         raise ValueError(f"{model}: expected one {' or '.join(CONV_OPS)} op, found {len(convs)}")
@@ -104,6 +138,11 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
         if not (offsets == offsets[0]).all():
             raise ValueError(f"{model}: output for a zero input is not one bias per channel")
         bias = offsets[0]
+        if activation != "none":  # its output for a zero input is act(bias): read the bias, check it
+            bias = _constant_bias(interpreter, details, ops, bias_index, kernel.shape[0])
+            if not np.array_equal(activate(bias, activation), offsets[0]):
+                raise ValueError(f"{model}: the bias read from its tensors, through {activation}, is not its "
+                                 "output for a zero input")
     integer = inputs["dtype"] == np.int8
     # the converter may add the bias in a separate ADD (a Conv1D with one output channel): in an
     # int8 model that is a second requantization, after the conv's own
@@ -113,16 +152,24 @@ def tflite_weights(case: Case, model: Path) -> ModelWeights:
                         int(inputs["quantization"][1]), int(outputs["quantization"][1]), scales if quantized else (),
                         kernel_int if integer else None,
                         interpreter.get_tensor(bias_index).astype(np.int64) if integer else None,
-                        requantized_once=not others)
+                        requantized_once=not others, activation=activation,
+                        activation_range=activation_range(activation, *outputs["quantization"]) if integer
+                        else (-128, 127))
 
 
 def onnx_weights(model: Path) -> ModelWeights:
     import onnx
     from onnx import numpy_helper
 
+    from pipeline.frontends.activations import onnx_activation
+
     graph = onnx.load(str(model)).graph
     inits = {i.name: i for i in graph.initializer}
     conv = next(node for node in graph.node if node.op_type == "Conv")
+    readers: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
 
     def array(name):
         init = inits[name]
@@ -133,7 +180,9 @@ def onnx_weights(model: Path) -> ModelWeights:
             return raw.reshape(tuple(init.dims)).astype(np.float64)
         return numpy_helper.to_array(init).astype(np.float64)
 
-    return ModelWeights(array(conv.input[1]), array(conv.input[2]), False)
+    constants = {name: float(array(name).reshape(-1)[0]) for name in inits if array(name).size == 1}
+    return ModelWeights(array(conv.input[1]), array(conv.input[2]), False,
+                        activation=onnx_activation(conv, readers, constants))
 
 
 def model_weights(case: Case, model: Path) -> ModelWeights:
@@ -226,9 +275,12 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     float flavors sum |w| |x| over each output's window ("abs_sum"; "bf16_abs_sum" of the operands
     as a converting compiler holds them), which bounds the partial sums (pipeline/checks/tolerance.py)."""
     weights = model_weights(case, model)
+    act = case.geometry.activation
+    if weights.activation != act:
+        raise ValueError(f"{model}: the model applies activation {weights.activation}, the case {act}")
     if case.flavor == "bf16":
         total = bf16_sum(case, weights, x)
-        out = {"weights": weights, "sum": total, "expected": round_to_bf16(total)}
+        out = {"weights": weights, "sum": total, "expected": round_to_bf16(activate(total, act))}
     else:
         out = {"weights": weights, "expected": expected_output(case, model, weights, x)}
     if case.flavor == "w8if32":
@@ -241,7 +293,7 @@ def evaluate(case: Case, model: Path, x: np.ndarray, *, converted: bool = False,
     if converted:
         held, x_held = (bf16_operands(weights) if round_weights else weights), _bf16(x)
         out["bf16_sum"] = bf16_operands_sum(case, held, x)
-        out["bf16"] = round_to_bf16(out["bf16_sum"])
+        out["bf16"] = round_to_bf16(activate(out["bf16_sum"], act))
         out["bf16_abs_sum"] = abs_sum(case, held, x_held)
         out["bf16_bias"] = held.bias
     if bias_free:

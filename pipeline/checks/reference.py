@@ -44,6 +44,28 @@ def conv_nchw(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, geometry: Geo
     return out[:, :, 0, :] if g.rank == 1 else out
 
 
+ACTIVATION_BOUNDS = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0)}
+
+
+def activate(values: np.ndarray, activation: str) -> np.ndarray:
+    """The fused activation (Geometry.activation) applied to float values: a clamp to
+    ACTIVATION_BOUNDS. A NaN stays NaN. The clamp is monotone and moves two values no further
+    apart (|clamp(a) - clamp(b)| <= |a - b|), so a bound A on a sum's error is a bound on its
+    activation's error; its ends (0, 6) are exact in every float format, so it commutes with any
+    monotone rounding: round(clamp(S)) = clamp(round(S)) (pipeline/checks/tolerance.py)."""
+    if activation == "none":
+        return np.asarray(values)
+    return np.clip(values, *ACTIVATION_BOUNDS[activation])  # np.clip keeps a NaN
+
+
+def clamp_inactive(reference: np.ndarray, within: np.ndarray, activation: str) -> np.ndarray:
+    """Where the activation cannot touch any value within `within` of `reference` (both ends
+    strictly inside its bounds): there a value that passes the element check is the sum itself."""
+    low, high = ACTIVATION_BOUNDS[activation]
+    reference, within = np.asarray(reference, dtype=np.float64), np.asarray(within, dtype=np.float64)
+    return (reference - within > low) & (reference + within < high)
+
+
 def to_channels_first(x: np.ndarray) -> np.ndarray:
     """(1, *spatial, C) -> (1, C, *spatial)."""
     return np.moveaxis(x, -1, 1)

@@ -130,6 +130,21 @@ value; where they differ, the single-round value (not either neighbour).  A mode
 requantizes twice (the converter puts a Conv1D's bias with one output channel in a separate
 int8 ADD) has no single-round model here: it is checked bit-exactly against TFLite's output.  The report counts
 the elements and cases where the single-round value was the one required.
+
+Fused activations (Geometry.activation: relu, relu6).  The module computes act(y), y its sum,
+act a clamp to [0, inf) or [0, 6].  The clamp is monotone and |act(a) - act(b)| <= |a - b|, so
+wherever |y - S| <= A, |act(y) - act(S)| <= A: every float element check above compares with
+act(S) under the same A, neither wider nor tighter.  Its ends are exact in every format, so a
+correct rounding commutes with it (rn(act(S)) = act(rn(S))): a bf16 output is accepted exactly
+in [act(low), act(high)], the ends of the interval above clamped.  The tensor test sums only the
+elements whose whole interval S +- A lies strictly inside the clamp's bounds: there a passing
+output is y itself, and the martingale above holds unchanged; an element the clamp may touch
+has its error truncated toward zero, which the model does not describe, so it is left out (it
+still has its element check).  w8i8: TFLite clamps the requantized value to
+[max(-128, zp + rn(0 / s)), min(127, zp + rn(6 / s))] (relu: no upper end; rn rounds half away
+from zero, 6 / s in f32; zp and s the output's quantization), as the reference kernels do; the
+integer models above clamp there too, and the double-rounding model must still reproduce the
+reference kernels bit for bit.
 """
 from __future__ import annotations
 
@@ -287,16 +302,32 @@ def separate_bias_term(bias_free: np.ndarray, within: float) -> np.ndarray:
 
 # --- the tensor test ------------------------------------------------------------------------------
 
-def channel_error_bound(variance: np.ndarray, reference: np.ndarray, within: np.ndarray, channel_axis: int) -> np.ndarray:
+def activation_range(activation: str, scale: float, zero_point: int) -> tuple[int, int]:
+    """w8i8: the int8 range TFLite clamps a fused activation's output to (the docstring above)."""
+    def quantize(value: float) -> int:
+        q = float(np.float32(value) / np.float32(scale))  # f32 division; float64 holds it and q + 0.5 exactly
+        return zero_point + int(np.copysign(np.floor(abs(q) + 0.5), q))  # std::round: half away from zero
+
+    if activation == "none":
+        return -128, 127
+    return max(-128, quantize(0.0)), 127 if activation == "relu" else min(127, quantize(6.0))
+
+
+def channel_error_bound(variance: np.ndarray, reference: np.ndarray, within: np.ndarray, channel_axis: int,
+                        keep: np.ndarray | None = None) -> np.ndarray:
     """Per output channel, LAMBDA sqrt(sum_g m_g**2 u**2 V_g): the bound on the channel's summed
     error. Elements whose sums S lie within each other's bound A (|S_i - S_j| <= A_i + A_j, linked
     in a chain) form one group whose errors may be equal: identical windows, and windows so alike
-    that their roundings repeat (an input offset far above its spread); V_g is the group's largest."""
+    that their roundings repeat (an input offset far above its spread); V_g is the group's largest.
+    With `keep`, only those elements count (the others' errors are not summed either)."""
+    keep = np.ones(np.shape(reference), dtype=bool) if keep is None else keep
     moved = [np.moveaxis(np.asarray(a, dtype=np.float64), channel_axis, 0) for a in (variance, reference, within)]
+    kept = np.moveaxis(np.broadcast_to(keep, np.shape(reference)), channel_axis, 0)
     channels = moved[0].shape[0]
     bounds = np.empty(channels)
     for o in range(channels):
-        var, ref, a = (m[o].reshape(-1) for m in moved)
+        mask = kept[o].reshape(-1)
+        var, ref, a = (m[o].reshape(-1)[mask] for m in moved)
         order = np.argsort(ref, kind="stable")
         ref, a, var = ref[order], a[order], var[order]
         starts = np.flatnonzero(np.concatenate([[True], np.diff(ref) > a[:-1] + a[1:]]))
@@ -359,10 +390,11 @@ def single_round_requantize(acc: np.ndarray, q31: np.ndarray, shifts: np.ndarray
 
 
 def requantized(acc: np.ndarray, multipliers: np.ndarray, channel_axis: int,
-                zero_point: int) -> tuple[np.ndarray, np.ndarray]:
+                zero_point: int, clamp: tuple[int, int] = (-128, 127)) -> tuple[np.ndarray, np.ndarray]:
     """The int8 outputs of TFLite's double rounding and of single rounding, each plus the output
-    zero point and clamped to [-128, 127], from every output's int32 accumulator (`acc`);
-    `multipliers` is s_in s_w / s_out per output channel. Exact, in integers."""
+    zero point and clamped to `clamp` ([-128, 127], narrowed by a fused activation:
+    activation_range), from every output's int32 accumulator (`acc`); `multipliers` is
+    s_in s_w / s_out per output channel. Exact, in integers."""
     q31, shifts = quantized_multipliers(multipliers)
     shape = [1] * np.ndim(acc)
     shape[channel_axis] = -1
@@ -370,6 +402,6 @@ def requantized(acc: np.ndarray, multipliers: np.ndarray, channel_axis: int,
     acc = np.asarray(acc, dtype=np.int64)
 
     def out(values):
-        return np.clip(values + zero_point, -128, 127).astype(np.int8)
+        return np.clip(values + zero_point, *clamp).astype(np.int8)
 
     return out(tflite_requantize(acc, q31, shifts)), out(single_round_requantize(acc, q31, shifts))

@@ -21,6 +21,7 @@ from pipeline.checks import tolerance
 from pipeline.space.cases import Case
 from pipeline.core.chain import MLIR, VMFB
 from pipeline.checks.compare import Comparison, compare, compare_channel_sums, write_check
+from pipeline.checks.reference import activate, clamp_inactive
 from pipeline.targets.compiler import PROFILE, check_vmfb, estimated_time
 from pipeline.space.data import make_input
 from pipeline.space.refusal import INT32_MAX
@@ -108,7 +109,7 @@ def hybrid_path(bound: Bound, expected: np.ndarray, actual: np.ndarray) -> np.nd
     (within both implementations' scaling roundings of the oracle's output, itself within its
     derived bound H of S), |e - S| + those roundings; elsewhere the float path's A. Admits both
     correct implementations, each at its own derived error."""
-    e, y, s = (np.asarray(a, dtype=np.float64) for a in (expected, actual, bound.reference))
+    e, y, s = (np.asarray(a, dtype=np.float64) for a in (expected, actual, bound.reference))  # s: act(S)
     rounding = 2.0 * bound.scaling  # the module's and the oracle's
     matched = (np.abs(e - s) <= bound.hybrid) & (np.abs(y - e) <= rounding)
     return np.where(matched, np.maximum(bound.within, np.abs(e - s) + rounding), bound.within)
@@ -117,13 +118,15 @@ def hybrid_path(bound: Bound, expected: np.ndarray, actual: np.ndarray) -> np.nd
 def _bf16_check(name: str, case: Case, reference: np.ndarray, abs_sum: np.ndarray, bias, actual: np.ndarray,
                 profile, bias_free: np.ndarray | None = None) -> Comparison:
     """A bf16 output against S: exactly the values a correct rounding of a value within A reaches
-    (through a separate bias add where the target adds it so)."""
+    (through a separate bias add where the target adds it so), through the activation."""
     bound = _bound(case, reference, abs_sum, bias, profile)
     if bias_free is None:
         low, high = tolerance.bf16_accepted(reference, bound.within)
     else:
         low, high = tolerance.bf16_accepted_separate_bias(bias_free, bound.within,
                                                           _per_channel(case, bias, reference.ndim))
+    act = case.geometry.activation
+    reference, low, high = activate(reference, act), activate(low, act), activate(high, act)
     wide = actual.astype(np.float64)  # bf16 -> float64 is exact
     return compare(name, reference, wide, tolerance.interval_tolerance(reference, low, high, wide))
 
@@ -133,9 +136,11 @@ def channel_check(case: Case, bound: Bound, actual: np.ndarray) -> Comparison:
     (pipeline/checks/tolerance.py), elements whose sums lie within each other's bound as one
     group (the float path's: a w8if32 module on the hybrid kernel's path gets none)."""
     axis = _channel_axis(case)
-    limits = tolerance.channel_error_bound(bound.variance, bound.reference, bound.within, axis)
+    keep = clamp_inactive(bound.reference, bound.within, case.geometry.activation)  # where y is the sum itself
+    limits = tolerance.channel_error_bound(bound.variance, bound.reference, bound.within, axis, keep)
+    wide = actual.astype(np.float64)
     return compare_channel_sums("vs float64 conv, summed error per output channel", bound.reference,
-                                actual.astype(np.float64), limits, axis)
+                                np.where(keep, wide, bound.reference), limits, axis)
 
 
 def separate_bias(case: Case, profile, converted: bool) -> bool:
@@ -155,7 +160,8 @@ def single_round_expected(case: Case, weights: oracle.ModelWeights, refs: dict) 
     if acc.size and int(np.abs(acc).max()) > INT32_MAX:
         raise RuntimeError(f"an int32 accumulator overflows (|acc| up to {int(np.abs(acc).max())}): "
                            "the integer model cannot be trusted")
-    double, single = tolerance.requantized(acc, multipliers, _channel_axis(case), weights.output_zero_point)
+    double, single = tolerance.requantized(acc, multipliers, _channel_axis(case), weights.output_zero_point,
+                                           weights.activation_range)
     wrong = int((double != refs["expected"]).sum())
     if wrong:
         raise RuntimeError(f"the integer model of TFLite's requantization differs from the TFLite reference "
@@ -178,10 +184,11 @@ def int32_guard(weights: oracle.ModelWeights) -> None:
 
 
 def verdict_reference(case: Case, refs: dict) -> np.ndarray | None:
-    """S, the exact (float64) conv the verdict compares with (None for w8i8's bit-exact check)."""
+    """act(S), the exact (float64) conv the verdict compares with, through the case's activation
+    (None for w8i8's bit-exact check)."""
     for key in ("bf16_sum", "sum", "exact", "float64"):
         if key in refs:
-            return refs[key]
+            return activate(refs[key], case.geometry.activation)
     return None
 
 
@@ -198,8 +205,8 @@ def oracle_vs_float64(case: Case, weights: oracle.ModelWeights, x: np.ndarray, r
         return None
     bound = float_bound(case, weights, x, refs)
     within = bound.within if bound.hybrid is None else np.maximum(bound.within, bound.hybrid)
-    return compare(f"{ORACLE_NAMES[case.backend, case.flavor]} vs float64 conv", bound.reference,
-                   refs["expected"].astype(np.float64), within)
+    return compare(f"{ORACLE_NAMES[case.backend, case.flavor]} vs float64 conv",
+                   activate(bound.reference, case.geometry.activation), refs["expected"].astype(np.float64), within)
 
 
 def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: dict, actual: np.ndarray,
@@ -226,14 +233,15 @@ def comparisons(case: Case, weights: oracle.ModelWeights, x: np.ndarray, refs: d
         return [_bf16_check("vs float64 conv of the bf16 operands, rounded to bf16", case, refs["sum"],
                             refs["abs_sum"], weights.bias, actual, profile)]
     bound = float_bound(case, weights, x, refs, profile)
+    shown = replace(bound, reference=activate(bound.reference, case.geometry.activation))  # act(S), the same A
     if case.flavor == "w8if32":  # either implementation, each at its own bound
-        within = hybrid_path(bound, refs["expected"], actual)
-        check = compare("vs float64 conv of the dequantized int8 weights", bound.reference,
+        within = hybrid_path(shown, refs["expected"], actual)
+        check = compare("vs float64 conv of the dequantized int8 weights", shown.reference,
                         actual.astype(np.float64), within)
-        float_path = bool((np.abs(actual.astype(np.float64) - bound.reference) <= bound.within).all())
+        float_path = bool((np.abs(actual.astype(np.float64) - shown.reference) <= bound.within).all())
         tensor = check.passed and bound.variance is not None and float_path
     else:
-        check = compare("vs float64 conv", bound.reference, actual.astype(np.float64), bound.within)
+        check = compare("vs float64 conv", shown.reference, actual.astype(np.float64), bound.within)
         tensor = check.passed and bound.variance is not None
     return [check, channel_check(case, bound, actual)] if tensor else [check]
 
@@ -273,7 +281,7 @@ def _repro_check(case: Case, case_dir: Path, refs: dict, weights: oracle.ModelWe
         return
     bound = float_bound(case, weights, x, refs, profile)  # the float64 reference, saved in f32: u |e| more
     within = bound.within if bound.hybrid is None else np.maximum(bound.within, bound.hybrid)  # either path
-    write_check(case_dir, bound.reference.astype(np.float32), "approximate",
+    write_check(case_dir, activate(bound.reference, case.geometry.activation).astype(np.float32), "approximate",
                 float(np.max(within, initial=0.0)), tolerance.U_F32, input_arg)
 
 

@@ -42,7 +42,7 @@ STAGE_INPUTS = {
                 "run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases",
                 "targets.compiler", "core.isolate", "core.errors", "targets.perf", "targets.profiles",
                 "core.executables", "space.refusal", "frontends.importer", "core.chain", "frontends.model_tflite",
-                "frontends.model_onnx", "frontends.tflite_file"),
+                "frontends.model_onnx", "frontends.tflite_file", "frontends.activations"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
 }
 

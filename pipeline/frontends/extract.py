@@ -2,8 +2,10 @@
 
 Each conv of the model (TFLite CONV_2D and DEPTHWISE_CONV_2D; ONNX Conv) becomes a geometry
 from its input shape, kernel, stride, padding, dilation, groups and channels; identical ones
-become one geometry listing every layer that uses it (`layers`), with the activation fused into
-each (TFLite's fused activation; an ONNX Conv whose only reader is a Relu, or a Clip to [0, 6]).
+become one geometry listing every layer that uses it (`layers`). The geometry carries the
+activation fused into the conv (TFLite's fused activation; an ONNX Conv whose only reader is a
+Relu, or a Clip to [0, 6]); another fused activation (tanh, sign bit) is swept as the plain conv,
+and its layer says which.
 An op the sweep cannot express is listed in `skipped` with the reason: a transposed conv, a
 3-D conv, an unknown input shape, explicit padding that is neither VALID nor TF's SAME.
 
@@ -13,15 +15,16 @@ so it comes out as a 2-D geometry of height 1 (the same arithmetic).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError
+from pipeline.frontends.activations import TFLITE_ACTIVATIONS, onnx_activation
 from pipeline.frontends.tflite_file import tflite_ops
-from pipeline.space.geometry import Geometry, same_padding
+from pipeline.space.geometry import ACTIVATIONS, Geometry, same_padding
 
 TFLITE_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
 TFLITE_OTHERS = ("TRANSPOSE_CONV", "CONV_3D", "CONV_3D_TRANSPOSE")  # convolutions the sweep does not express
-TFLITE_ACTIVATIONS = {0: "none", 1: "relu", 3: "relu6"}  # ActivationFunctionType: NONE, RELU, RELU6
 
 
 def _name(tensor) -> str:
@@ -71,23 +74,6 @@ def _attributes(node) -> dict:
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _onnx_activation(node, readers: dict, constants: dict) -> str:
-    """relu or relu6 where the conv's only reader is a Relu, or a Clip to [0, 6]; else none."""
-    after = readers.get(node.output[0], [])
-    if len(after) != 1:
-        return "none"
-    nxt = after[0]
-    if nxt.op_type == "Relu":
-        return "relu"
-    if nxt.op_type == "Clip":
-        bounds = _attributes(nxt)
-        low = constants.get(nxt.input[1]) if len(nxt.input) > 1 and nxt.input[1] else bounds.get("min")
-        high = constants.get(nxt.input[2]) if len(nxt.input) > 2 and nxt.input[2] else bounds.get("max")
-        if low is not None and high is not None and float(low) == 0.0 and float(high) == 6.0:
-            return "relu6"
-    return "none"
 
 
 def _onnx_padding(attrs: dict, spatial, kernel, stride, dilation) -> str | None:
@@ -165,7 +151,7 @@ def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
             skipped.append({"layer": layer, "op": "Conv", "reason": str(err)})
             continue
         convs.append({"layer": layer, "op": "Conv", "geometry": g,
-                      "activation": _onnx_activation(node, readers, constants)})
+                      "activation": onnx_activation(node, readers, constants)})
     return convs, skipped
 
 
@@ -193,7 +179,8 @@ def extract(model: Path, where: str = "doit extract") -> dict:
     category = "extract_" + "".join(c if c.isalnum() else "_" for c in model.stem)
     by_geometry: dict[Geometry, list[dict]] = {}
     for conv in convs:
-        by_geometry.setdefault(conv["geometry"], []).append(
+        fused = conv["activation"] if conv["activation"] in ACTIVATIONS else "none"
+        by_geometry.setdefault(replace(conv["geometry"], activation=fused), []).append(
             {"layer": conv["layer"], "op": conv["op"], "activation": conv["activation"]})
     return {"source": f"{model.name}: {len(convs)} convolutions, {len(by_geometry)} distinct",
             "geometries": [{"category": category, **g.to_dict(), "layers": layers} for g, layers in by_geometry.items()],

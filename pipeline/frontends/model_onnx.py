@@ -49,9 +49,31 @@ def export_f32(case: Case) -> bytes:
     return set_pads(buffer.getvalue(), g)
 
 
+def _activation(model, activation: str) -> None:
+    """Append the geometry's activation after the Conv node, as exporters write a torch ReLU and
+    ReLU6: Relu, or Clip with min 0 and max 6 as initializers (which to_bf16 rounds with the
+    weights: both are exact in bf16)."""
+    import onnx
+    from onnx import numpy_helper
+    import numpy as np
+
+    if activation == "none":
+        return
+    conv, output = model.graph.node[0], model.graph.output[0].name
+    conv.output[0] = "conv_output"
+    if activation == "relu":
+        node = onnx.helper.make_node("Relu", ["conv_output"], [output], name="activation")
+    else:
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(v, np.float32), name)
+                                        for name, v in (("clip_min", 0.0), ("clip_max", 6.0))])
+        node = onnx.helper.make_node("Clip", ["conv_output", "clip_min", "clip_max"], [output], name="activation")
+    model.graph.node.append(node)
+
+
 def set_pads(data: bytes, geometry) -> bytes:
-    """Give the model's single Conv node the geometry's pads ([begin..., end...] in ONNX) and
-    its output the shape they make; checked by onnx's checker and shape inference."""
+    """Give the model's single Conv node the geometry's pads ([begin..., end...] in ONNX), its
+    activation after it, and its output the shape they make; checked by onnx's checker and
+    shape inference."""
     import onnx
 
     model = onnx.load_from_string(data)
@@ -63,6 +85,7 @@ def set_pads(data: bytes, geometry) -> bytes:
     kept = [a for a in conv.attribute if a.name != "pads"]
     del conv.attribute[:]
     conv.attribute.extend([*kept, onnx.helper.make_attribute("pads", pads)])
+    _activation(model, geometry.activation)
     dims = model.graph.output[0].type.tensor_type.shape.dim
     for dim, size in zip(dims, (geometry.batch, geometry.c_out, *geometry.out_spatial)):
         dim.Clear()

@@ -21,7 +21,8 @@ def warm_up() -> None:
 
 def _keras_model(case: Case):
     """The geometry as one Keras layer: Conv1D/Conv2D (groups=), or DepthwiseConv1D/2D where
-    groups == c_in, with the case's weights and bias."""
+    groups == c_in, with the case's weights and bias, and its activation as the layer's own
+    (the converter fuses relu and relu6 into the conv op: its fused_activation_function)."""
     import keras
 
     g = case.geometry
@@ -30,7 +31,8 @@ def _keras_model(case: Case):
     # case's .tflite bytes differ from one build to the next and re-run everything downstream.
     inputs = keras.Input((*g.spatial, g.c_in), batch_size=g.batch, name="input")
     spatial_axes = tuple(range(2, 2 + g.rank))
-    common = dict(strides=g.stride, padding=g.padding, dilation_rate=g.dilation)
+    common = dict(strides=g.stride, padding=g.padding, dilation_rate=g.dilation,
+                  activation=None if g.activation == "none" else g.activation)
     if g.depthwise:
         layer_type = keras.layers.DepthwiseConv1D if g.rank == 1 else keras.layers.DepthwiseConv2D
         layer = layer_type(g.kernel, depth_multiplier=g.depth_multiplier, name="conv", **common)

@@ -83,6 +83,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("depthwise", lambda g, v: g.depthwise, "bool", ("depthwise", "not depthwise")),
     Feature("batch", lambda g, v: g.batch, "int"),
     Feature("padding_same", lambda g, v: g.padding == "same", "bool", ("padding same", "padding valid")),
+    Feature("activation", lambda g, v: g.activation != "none", "bool", ("fused activation", "no fused activation")),
     Feature("out_h", lambda g, v: _out(g)[0], "int"),
     Feature("out_w", lambda g, v: _out(g)[1], "int"),
     Feature("c_in_odd", lambda g, v: g.c_in % 2, "bool", ("c_in odd", "c_in even")),

@@ -8,7 +8,9 @@ from functools import cached_property
 from pipeline.core.errors import ConfigError
 
 PADDINGS = ("valid", "same")
-FIELDS = ("rank", "spatial", "kernel", "stride", "c_in", "c_out", "padding", "dilation", "groups", "batch")
+ACTIVATIONS = ("none", "relu", "relu6")  # fused after the sum: none, max(v, 0), min(max(v, 0), 6)
+FIELDS = ("rank", "spatial", "kernel", "stride", "c_in", "c_out", "padding", "dilation", "groups", "batch",
+          "activation")
 REQUIRED = ("rank", "spatial", "kernel", "stride", "c_in", "c_out")
 
 
@@ -28,8 +30,9 @@ def same_padding(size: int, kernel: int, stride: int, dilation: int = 1) -> tupl
 class Geometry:
     """One convolution shape; every spatial tuple is (H, W) for Conv2D, (L,) for Conv1D.
 
-    The fields after `padding` default to a plain convolution (dilation 1, one group, batch 1),
-    and a case id names them only when they depart from it, so the seed sweep's ids stand.
+    The fields after `padding` default to a plain convolution (dilation 1, one group, batch 1,
+    no fused activation), and a case id names them only when they depart from it, so the seed
+    sweep's ids stand.
     Depthwise is groups == c_in (> 1), with c_out = c_in x the depth multiplier.
     """
 
@@ -43,6 +46,7 @@ class Geometry:
     dilation: tuple[int, ...] | None = None  # dilation per spatial axis; None is 1 on every axis
     groups: int = 1  # channel groups: c_in and c_out are multiples of it
     batch: int = 1  # batch size
+    activation: str = "none"  # fused activation (ACTIVATIONS), as each frontend fuses it into the conv
 
     def __post_init__(self) -> None:
         for field in ("spatial", "kernel", "stride"):
@@ -71,6 +75,8 @@ class Geometry:
                               f"must divide both c_in ({self.c_in}) and c_out ({self.c_out})")
         if self.padding not in PADDINGS:
             raise ConfigError(f"{where}.padding", self.padding, f"must be one of {', '.join(PADDINGS)}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"{where}.activation", self.activation, f"must be one of {', '.join(ACTIVATIONS)}")
         if self.padding == "valid" and any(w > n for w, n in zip(self.window, self.spatial)):
             field = "kernel" if self.dilation == (1,) * self.rank else "dilation"
             raise ConfigError(f"{where}.{field}", getattr(self, field),
@@ -154,6 +160,8 @@ class Geometry:
             parts.append(f"_g{self.groups}")
         if self.batch != 1:
             parts.append(f"_b{self.batch}")
+        if self.activation != "none":
+            parts.append(f"_a{self.activation}")
         return "".join(parts)
 
     def to_dict(self) -> dict:
@@ -166,6 +174,8 @@ class Geometry:
             out["groups"] = self.groups
         if self.batch != 1:
             out["batch"] = self.batch
+        if self.activation != "none":
+            out["activation"] = self.activation
         return out
 
     @classmethod

@@ -26,9 +26,13 @@ def table() -> dict:
 
 @lru_cache(maxsize=1)
 def layers() -> tuple[tuple[str, dict, Geometry], ...]:
-    """(network, layer record, its geometry) for every conv layer of every network, in order."""
-    return tuple((name, layer, Geometry.from_dict(layer["geometry"], f"{TABLE.name}: {name}.{layer['layer']}"))
-                 for name, net in table().items() for layer in net["layers"])
+    """(network, layer record, its geometry) for every conv layer of every network, in order;
+    the geometry carries the layer's fused activation."""
+    def geometry(name: str, layer: dict) -> Geometry:
+        fused = {} if layer["activation"] == "none" else {"activation": layer["activation"]}
+        return Geometry.from_dict({**layer["geometry"], **fused}, f"{TABLE.name}: {name}.{layer['layer']}")
+
+    return tuple((name, layer, geometry(name, layer)) for name, net in table().items() for layer in net["layers"])
 
 
 def skipped(network: str) -> list[dict]:

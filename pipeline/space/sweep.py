@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from pipeline.core.errors import ConfigError, load_json
-from pipeline.space.geometry import PADDINGS, Geometry
+from pipeline.space.geometry import ACTIVATIONS, PADDINGS, Geometry
 
 
 GROUPINGS = ("none", "grouped", "depthwise", "any")
@@ -42,6 +42,7 @@ class Category:
     groups: str = "none"  # "none", "grouped" (a common divisor > 1), "depthwise", or "any" of the three
     depth_multiplier: tuple[int, int] = (1, 4)  # depthwise: inclusive range of c_out / c_in
     batch: tuple[int, int] = (1, 1)  # inclusive range of the batch size
+    activation: str = "none"  # fused activation: one of ACTIVATIONS, or "any" (one of the three per geometry)
 
     def validate(self, where: str | None = None) -> "Category":
         where = where or f"category {self.name}"
@@ -62,7 +63,7 @@ class Category:
             if lo > hi:
                 raise ConfigError(f"{where}.{field}", value, "range is empty or inverted (lo > hi)")
         for field, allowed in (("padding", (*PADDINGS, "any")), ("channel_values", CHANNEL_VALUES),
-                               ("groups", GROUPINGS)):
+                               ("groups", GROUPINGS), ("activation", (*ACTIVATIONS, "any"))):
             if getattr(self, field) not in allowed:
                 raise ConfigError(f"{where}.{field}", getattr(self, field), f"must be one of {', '.join(allowed)}")
         if self.channel_values == "pow2" and not self.powers_of_two():
@@ -127,7 +128,9 @@ class Category:
                 dilation = tuple(1 if k == 1 else min(rng.randint(*self.dilation), (size - 1) // (k - 1))
                                  for k, size in zip(kernel, spatial))
             batch = rng.randint(*self.batch) if self.batch != (1, 1) else 1
-            out.append(Geometry(axes, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch))
+            activation = self.activation if self.activation != "any" else rng.choice(ACTIVATIONS)
+            out.append(Geometry(axes, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch,
+                                activation))
         return out
 
 
@@ -168,6 +171,8 @@ EXTENDED_CATEGORIES = (
              dilation=(1, 4), groups="any", batch=(1, 4)),
     Category("mix1d", 166, rank=1, spatial=(16, 128), kernel=(1, 9), stride=(1, 4), channels=(1, 128),
              padding="any", channel_values="any", dilation=(1, 4), groups="any", batch=(1, 4)),
+    Category("act", 177, rank=2, spatial=(16, 64), kernel=(1, 5), stride=(1, 4), channels=(1, 256),
+             padding="any", groups="any", activation="any"),
 )
 # profile -> its categories; the networks profile has none, only the conv layers of its networks
 # (pipeline/space/networks.py), one geometry each

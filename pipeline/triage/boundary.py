@@ -39,15 +39,17 @@ from pipeline.results.region import features, matches
 from pipeline.results.report import signature
 from pipeline.run.runner import run_cases
 from pipeline.space.cases import VARIANTS, Case
-from pipeline.space.geometry import Geometry
+from pipeline.space.geometry import ACTIVATIONS, Geometry
 from pipeline.triage.shrink import buildable
 
 MAX_PROBES = 40  # probes of one minimal case at most
 BOUNDARY = "boundary.json"
 AXES = ("spatial", "kernel", "stride", "dilation")  # per-axis fields: a probe's value is the whole field
-ORDER = ("c_in", "c_out", "groups", "spatial", "kernel", "stride", "dilation", "padding", "batch", "flavor")
+ORDER = ("c_in", "c_out", "groups", "spatial", "kernel", "stride", "dilation", "padding", "activation", "batch",
+         "flavor")
 # the round-robin's order within a round: the dimensions of few probes and much information first
-PRIORITY = ("flavor", "groups", "padding", "c_in", "c_out", "kernel", "stride", "dilation", "spatial", "batch")
+PRIORITY = ("flavor", "groups", "padding", "activation", "c_in", "c_out", "kernel", "stride", "dilation", "spatial",
+            "batch")
 
 
 # --- the probes -----------------------------------------------------------------------------------
@@ -102,6 +104,8 @@ def _candidates(g: Geometry, flavor_variant: str, variants) -> list[tuple[tuple,
     keys += [((field, axis), of(field, _axis(g, field, axis))) for field in AXES for axis in range(g.rank)]
     other = "same" if g.padding == "valid" else "valid"
     keys.append((("padding", 0), of("padding", [(other, replace(g, padding=other))])))
+    keys.append((("activation", 0), of("activation", [(a, replace(g, activation=a)) for a in ACTIVATIONS
+                                                       if a != g.activation])))
     keys.append((("batch", 0), of("batch", [(v, replace(g, batch=v)) for v in _near(g.batch)[:2]])))
     keys.append((("flavor", 0), [("flavor", v, g, v) for v in variants if v != flavor_variant]))
     return keys

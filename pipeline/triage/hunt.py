@@ -156,7 +156,8 @@ def boundary(rng: random.Random, space: Space) -> Geometry:
         groups = rng.choice(common) if common else 1
     batch = rng.randint(2, EXTENDED["batch"]) if rng.random() < 0.15 else 1
     padding = "same" if rng.random() < 0.3 else "valid"
-    return Geometry(rank, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch)
+    activation = rng.choice(("relu", "relu6")) if rng.random() < 0.2 else "none"
+    return Geometry(rank, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch, activation)
 
 
 def neighbour(rng: random.Random, g: Geometry, space: Space) -> Geometry:
@@ -229,7 +230,8 @@ def coarse(g: Geometry) -> dict[str, str]:
             "square": str(kh == kw), "sw": stride_class(sw, kw), "sh": stride_class(sh, kh),
             "c_in": count_class(g.c_in), "c_out": count_class(g.c_out), "w": size_class(w),
             "dilation": str(g.dhw != (1, 1)), "groups": "depthwise" if g.depthwise else "grouped" if g.groups > 1
-            else "none", "batch": str(g.batch > 1), "padding": g.padding}
+            else "none", "batch": str(g.batch > 1), "padding": g.padding,
+            "activation": g.activation}
 
 
 def pairs(g: Geometry) -> set[tuple]:

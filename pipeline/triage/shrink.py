@@ -14,7 +14,8 @@ limit; attempts are timed, so the store of stage outputs is off, and a finished 
 not widen the limits of the attempts after it.
 
 The geometry is a vector of integer dimensions: batch, groups, input and output channels per
-group, then per spatial axis kernel, dilation, stride and input size, and the padding. One
+group, then per spatial axis kernel, dilation, stride and input size; a fused activation and
+SAME padding are dropped first where the failure stays without them. One
 pass takes the dimensions in that order; for each it tries the dimension's minimum first,
 then one less than the current value (if that passes, the dimension is minimal already), then
 bisects between the largest value known not to fail that way and the smallest known to. A
@@ -288,12 +289,13 @@ def _joint_move(shrinker, start: Geometry) -> bool:
 
 
 def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
-    """Padding, then every dimension in turn; whether anything moved."""
+    """The fused activation, padding, then every dimension in turn; whether anything moved."""
     changed = False
-    best = shrinker.best
-    if best.padding == "same" and shrinker.fails(replace(best, padding="valid")):
-        _move(shrinker, replace(best, padding="valid"), start)
-        changed = True
+    for field, plain in (("activation", "none"), ("padding", "valid")):
+        best = shrinker.best
+        if getattr(best, field) != plain and shrinker.fails(replace(best, **{field: plain})):
+            _move(shrinker, replace(best, **{field: plain}), start)
+            changed = True
     for dim in dimensions(shrinker.best):
         best = shrinker.best
         current, low = value(best, dim), minimum(best, dim)
