@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from helpers import clean_env, doit
+from helpers import clean_env, doit, results
 from pipeline.core.errors import ConfigError
 from pipeline.frontends.extract import extract
 from pipeline.space.geometry import Geometry
@@ -116,3 +116,66 @@ def test_doit_extract_writes_a_spec_the_sweep_reads(tflite_model, tmp_path):
     assert listed.returncode == 0 and sum(line.startswith("verify:") for line in listed.stdout.splitlines()) == 20
     bad = doit("extract", str(tmp_path / "missing.onnx"), env=clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build"))
     assert bad.returncode != 0 and "missing.onnx" in bad.stdout + bad.stderr and "is not a file" in bad.stdout + bad.stderr
+
+
+@pytest.fixture(scope="module")
+def int8_model(tmp_path_factory):
+    """A small int8 model with its own calibrated weights: a relu6 conv and a depthwise conv."""
+    import numpy as np
+    import tensorflow as tf
+
+    x = inputs = tf.keras.Input((12, 12, 3), batch_size=1)
+    x = tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu6")(x)
+    x = tf.keras.layers.DepthwiseConv2D(3, strides=2, padding="same")(x)
+    model = tf.keras.Model(inputs, x)
+    rng = np.random.default_rng(0)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([rng.standard_normal((1, 12, 12, 3)).astype(np.float32)]
+                                                 for _ in range(4))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = converter.inference_output_type = tf.int8
+    path = tmp_path_factory.mktemp("int8") / "small_int8.tflite"
+    path.write_bytes(converter.convert())
+    return path
+
+
+@pytest.mark.slow
+def test_extract_with_weights_builds_each_case_from_the_model_s_own_and_the_sweep_checks_them(int8_model, tmp_path):
+    """doit extract --weights: one .npz per layer; the w8i8 case built from it holds the model's own
+    int8 kernel and per-channel scales exactly (the converter's max-abs scales meet the dequantized
+    values again); the sweep of the spec on llvm-cpu passes every case; the cases' names carry the
+    weights' digest, so the seeded-weights cases of the same geometries are others."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    from pipeline.checks.oracle import tflite_weights
+    from pipeline.frontends.extract import tflite_convs
+    from pipeline.frontends.model_tflite import build_tflite
+    from pipeline.space.cases import make_cases
+
+    out = tmp_path / "convs.json"
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    run = doit("extract", str(int8_model), "--weights", "--out", str(out), env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert len(list((tmp_path / "convs-weights").glob("*.npz"))) == 2
+    spec = load_spec(out)
+    assert all(given is not None for _, _, given in spec.sample(0))
+    convs, _ = tflite_convs(int8_model)
+    source = Interpreter(str(int8_model))
+    details = {d["index"]: d for d in source.get_tensor_details()}
+    for conv, sampled in zip(convs, spec.sample(0)):
+        case = next(c for c in make_cases([sampled]) if c.variant == "tflite_w8i8")
+        built = tmp_path / f"{case.name}.tflite"
+        build_tflite(case, built)
+        held = tflite_weights(case, built)
+        stored = source.get_tensor(conv["tensors"][0])
+        stored = stored.transpose(0, 3, 1, 2) if conv["op"] == "CONV_2D" else stored.transpose(3, 0, 1, 2)
+        assert np.array_equal(held.kernel_int, stored)
+        assert np.array_equal(np.float32(held.weight_scales),
+                              np.float32(details[conv["tensors"][0]]["quantization_parameters"]["scales"]))
+    swept = doit("-n", "2", "sweep", env={**env, "CONV_SWEEP_SPEC": str(out), "CONV_SWEEP_TARGET": "llvm-cpu"})
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    done = results(tmp_path / "build")
+    assert len(done) == 10 and all(r["status"] == "pass" for r in done.values())
+    assert all(name.split("_w")[-1][:12] in {s[2].digest[:12] for s in spec.sample(0)} for name in done)

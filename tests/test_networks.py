@@ -108,12 +108,12 @@ def test_mobilenet_v2_fuses_relu6_everywhere_but_its_linear_bottlenecks():
 
 def test_the_profile_sweeps_each_distinct_geometry_once_and_every_layer_is_listed():
     sampled = profile_spec("networks").sample(50)
-    geometries = [g for _, g in sampled]
+    geometries = [g for _, g, _ in sampled]
     assert len(geometries) == len(set(geometries))
     used = {g for _, _, g in networks.layers()}
     assert set(geometries) == used
     assert len(networks.layers()) == sum(len(n["layers"]) for n in networks.table().values()) > len(used)
-    assert all(category.startswith("net_") for category, _ in sampled)
+    assert all(category.startswith("net_") for category, _, _ in sampled)
 
 
 def test_a_network_selector_picks_exactly_its_layers_cases_on_every_target():

@@ -24,8 +24,8 @@ def test_default_categories_first_geometries():
 def test_default_sweep_is_250_distinct_geometries():
     sampled = SweepSpec().sample(50)
     assert len(sampled) == 250
-    assert len({g for _, g in sampled}) == 250
-    assert [name for name, _ in sampled[::50]] == list(FIRST)
+    assert len({g for _, g, _ in sampled}) == 250
+    assert [name for name, _, _ in sampled[::50]] == list(FIRST)
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 7])
@@ -55,7 +55,7 @@ def test_duplicate_geometries_collapse_to_one_case():
     twin = Category("twin", 11, rank=2, spatial=(16, 64), kernel=(1, 5), stride=(1, 5))
     spec = SweepSpec((DEFAULT_CATEGORIES[0], twin))
     sampled = spec.sample(3)
-    assert len(sampled) == 3 and {name for name, _ in sampled} == {"sqsq"}
+    assert len(sampled) == 3 and {name for name, _, _ in sampled} == {"sqsq"}
 
 
 @pytest.mark.parametrize("change, field", [
@@ -82,7 +82,7 @@ def test_load_spec_categories_and_geometries(tmp_path):
     }))
     spec = load_spec(path)
     sampled = spec.sample(2)
-    assert [name for name, _ in sampled] == ["tiny", "tiny", "fixed"]
+    assert [name for name, _, _ in sampled] == ["tiny", "tiny", "fixed"]
 
 
 @pytest.mark.parametrize("content, field", [
@@ -110,7 +110,7 @@ SEED_IDS_SHA256 = "e3cd17efa2432f6a796e11bd28ea029424d3e34bf7c36c8cfd352032bcbd3
 def _ids_digest(sampled):
     import hashlib
 
-    return hashlib.sha256("\n".join(g.id for _, g in sampled).encode()).hexdigest()
+    return hashlib.sha256("\n".join(g.id for _, g, _ in sampled).encode()).hexdigest()
 
 
 def test_seed_profile_names_are_unchanged():
@@ -177,7 +177,7 @@ def test_load_spec_accepts_the_new_fields(tmp_path):
     }))
     sampled = load_spec(path).sample(20)
     assert sampled[-1][1].id == "w8_h8_f12_k3_c6_s2x1_d1x2_dw2_b2"
-    assert any(g.batch > 1 for _, g in sampled[:20]) and any(g.groups > 1 for _, g in sampled[:20])
+    assert any(g.batch > 1 for _, g, _ in sampled[:20]) and any(g.groups > 1 for _, g, _ in sampled[:20])
 
 
 @pytest.mark.parametrize("extra, field", [

@@ -29,7 +29,7 @@ TOOL_VERSIONS = "tool-versions.json"  # in the user cache: facts about files, pe
 # stage -> (modules whose code shapes its output, distributions whose version does)
 STAGE_INPUTS = {
     "model": (("frontends.model_tflite", "frontends.model_onnx", "space.data", "space.geometry", "space.cases",
-               "core.tools"),
+               "space.given", "core.tools"),
               ("tensorflow-cpu", "keras", "torch", "onnx", "ml-dtypes", "numpy")),
     "mlir": (("frontends.importer", "core.tools"), ("tosa-converter-for-tflite", "iree-base-compiler")),
     "vmfb": (("targets.compiler", "core.tools"), ("iree-base-compiler",)),
@@ -42,7 +42,8 @@ STAGE_INPUTS = {
                 "run.stages", "space.expected", "outcome.verdict", "outcome.bucket", "space.geometry", "space.cases",
                 "targets.compiler", "core.isolate", "core.errors", "targets.perf", "targets.profiles",
                 "core.executables", "space.refusal", "frontends.importer", "core.chain", "frontends.model_tflite",
-                "frontends.model_onnx", "frontends.tflite_file", "frontends.activations"),
+                "frontends.model_onnx", "frontends.tflite_file", "frontends.activations",
+                "space.given"),
                ("iree-base-runtime", "ai-edge-litert", "onnxruntime", "onnx", "numpy", "ml-dtypes")),
 }
 

@@ -309,34 +309,40 @@ REFUSED = CommandSpec("refused", "List the cases not generated (a frontend refus
                       _refused)
 
 
-def _check_extract(model, out):
+def _check_extract(model, out, weights):
     if len(model) != 1:
-        raise Usage("extract", "doit extract MODEL.tflite|MODEL.onnx [--out SPEC.json]: one model file")
+        raise Usage("extract", "doit extract MODEL.tflite|MODEL.onnx [--weights] [--out SPEC.json]: one model file")
     return {"model": Path(model[0])}
 
 
-def _extract(run, model, out):
+def _extract(run, model, out, weights):
     """The model's convs as a spec file (pipeline/frontends/extract.py)."""
     import json
 
     from pipeline.core.tools import write_text
     from pipeline.frontends.extract import extract
 
-    spec = extract(model, f"doit extract {model}")
     path = Path(out) if out else Path(f"{model.stem}-convs.json")
+    folder = path.with_name(path.stem + "-weights") if weights else None
+    spec = extract(model, f"doit extract {model}", folder, path.parent)
     write_text(path, json.dumps(spec, indent=1) + "\n")
     layers = sum(len(g["layers"]) for g in spec["geometries"])
     print(f"conv-sweep: {model}: {layers} conv layers, {len(spec['geometries'])} distinct geometries; "
           f"{len(spec['skipped'])} skipped" + "".join(f"\n  skipped {s['layer']} ({s['op']}): {s['reason']}"
                                                          for s in spec["skipped"]))
+    if folder:
+        print(f"conv-sweep: each layer's own weights in {folder}/ (the cases are keyed on their digest)")
     print(f"conv-sweep: wrote {path}: sweep it with CONV_SWEEP_SPEC={path} (or add it with CONV_SWEEP_INCLUDE)")
 
 
 EXTRACT = CommandSpec(
-    "extract", "Write a spec file of a model's convolutions (doit extract MODEL.tflite|MODEL.onnx --out SPEC.json).",
+    "extract", "Write a spec file of a model's convolutions (doit extract MODEL.tflite|MODEL.onnx [--weights] "
+    "--out SPEC.json).",
     _extract, check=_check_extract, pos_arg="model", lock=False, params=(
         {"name": "out", "long": "out", "default": "",
-         "help": "the spec file to write (default: <model's name>-convs.json in the current folder)"},))
+         "help": "the spec file to write (default: <model's name>-convs.json in the current folder)"},
+        {"name": "weights", "long": "weights", "type": bool, "default": False,
+         "help": "build each case with the layer's own weights and bias (written to <spec>-weights/)"}))
 
 
 def _check_export_xfails(params):

@@ -213,7 +213,8 @@ class _Spec:
 
 SPECS = {
     "model": _Spec("build the model file", lambda r, c: [], lambda r, c: [c.model_file],
-                   lambda r, c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor}),
+                   lambda r, c: {"geometry": c.geometry.to_dict(), "backend": c.backend, "flavor": c.flavor,
+                                 **({"weights": c.weights.digest} if c.weights else {})}),
     "mlir": _Spec("import model.mlir (and model.mlirbc for TFLite)", lambda r, c: [(True, c.model_file)],
                   lambda r, c: [MLIR, MLIR_BYTECODE] if c.backend == "tflite" else [MLIR]),
     "vmfb": _Spec("compile model.vmfb", lambda r, c: [(True, r.cfg.mlir_input(c))], lambda r, c: [VMFB],

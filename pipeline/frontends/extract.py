@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.core.errors import ConfigError
 from pipeline.frontends.activations import TFLITE_ACTIVATIONS, onnx_activation
 from pipeline.frontends.tflite_file import tflite_ops
@@ -66,8 +68,42 @@ def tflite_convs(model: Path) -> tuple[list[dict], list[dict]]:
             continue
         fused = int(o.fusedActivationFunction)
         convs.append({"layer": layer, "op": op_name, "geometry": g,
-                      "activation": TFLITE_ACTIVATIONS.get(fused, f"fused activation {fused} (not swept)")})
+                      "activation": TFLITE_ACTIVATIONS.get(fused, f"fused activation {fused} (not swept)"),
+                      "tensors": [int(op.inputs[1]), int(op.inputs[2]) if len(op.inputs) > 2 else -1]})
     return convs, skipped
+
+
+def _dequantized(interpreter, detail) -> np.ndarray:
+    """A constant tensor's values as the model computes with them, float64: an int8 or int32
+    one dequantized per its quantized dimension ((q - zp) x scale, exact in float64)."""
+    value = interpreter.get_tensor(detail["index"]).astype(np.float64)
+    qp = detail["quantization_parameters"]
+    if detail["dtype"] in (np.int8, np.int32) and len(qp["scales"]):
+        shape = [1] * value.ndim
+        shape[qp["quantized_dimension"]] = -1
+        scales = np.asarray(qp["scales"], dtype=np.float32).astype(np.float64).reshape(shape)
+        value = (value - np.asarray(qp["zero_points"], dtype=np.float64).reshape(shape)) * scales
+    return value
+
+
+def tflite_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each conv's (kernel (O, I / groups, KH, KW), bias (O,)) from the file's constant tensors."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(model))
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    out = []
+    for conv in convs:
+        w, b = conv["tensors"]
+        try:
+            kernel = _dequantized(interpreter, details[w])
+        except ValueError as err:
+            raise ConfigError("doit extract --weights", conv["layer"], f"has no constant filter in the file ({err})")
+        # CONV_2D's filter is (O, KH, KW, I / groups), DEPTHWISE_CONV_2D's (1, KH, KW, C x M)
+        kernel = kernel.transpose(0, 3, 1, 2) if conv["op"] == "CONV_2D" else kernel.transpose(3, 0, 1, 2)
+        bias = _dequantized(interpreter, details[b]).reshape(-1) if b >= 0 else np.zeros(kernel.shape[0])
+        out.append((kernel, bias))
+    return out
 
 
 def _attributes(node) -> dict:
@@ -151,17 +187,38 @@ def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
             skipped.append({"layer": layer, "op": "Conv", "reason": str(err)})
             continue
         convs.append({"layer": layer, "op": "Conv", "geometry": g,
-                      "activation": onnx_activation(node, readers, constants)})
+                      "activation": onnx_activation(node, readers, constants), "tensors": list(node.input[1:3])})
     return convs, skipped
 
 
+def onnx_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each Conv's (kernel, bias) from the file's initializers (no bias: zeros)."""
+    import onnx
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in onnx.load(str(model)).graph.initializer}
+    out = []
+    for conv in convs:
+        names = conv["tensors"]
+        if names[0] not in inits:
+            raise ConfigError("doit extract --weights", conv["layer"], "has no constant weight initializer in the file")
+        kernel = numpy_helper.to_array(inits[names[0]]).astype(np.float64)
+        bias = numpy_helper.to_array(inits[names[1]]).astype(np.float64) if len(names) > 1 and names[1] in inits \
+            else np.zeros(kernel.shape[0])
+        out.append((kernel, bias))
+    return out
+
+
 READERS = {".tflite": tflite_convs, ".onnx": onnx_convs}
+WEIGHTS = {".tflite": tflite_weights, ".onnx": onnx_weights}
 
 
-def extract(model: Path, where: str = "doit extract") -> dict:
+def extract(model: Path, where: str = "doit extract", weights: Path | None = None, spec_dir: Path | None = None) -> dict:
     """The model's convs as a spec file's content: {"source", "geometries": [{"category", ...the
     geometry, "layers": [{"layer", "op", "activation"}]}], "skipped": [...]}. A file that cannot be
-    read, or holds no conv, is a ConfigError naming it."""
+    read, or holds no conv, is a ConfigError naming it. With `weights` (a folder), each conv's own
+    kernel and bias are written there (pipeline/space/given.py), and a geometry is one per
+    distinct (geometry, weights): its `weights` names the file, relative to `spec_dir`."""
     model = Path(model)
     reader = READERS.get(model.suffix.lower())
     if reader is None:
@@ -177,11 +234,41 @@ def extract(model: Path, where: str = "doit extract") -> dict:
         raise ConfigError(where, str(model), "holds no convolution the sweep can build"
                           + (f" ({len(skipped)} skipped: {skipped[0]['reason']})" if skipped else ""))
     category = "extract_" + "".join(c if c.isalnum() else "_" for c in model.stem)
-    by_geometry: dict[Geometry, list[dict]] = {}
-    for conv in convs:
+    files = _write_weights(model, convs, Path(weights), Path(spec_dir or ".")) if weights else [None] * len(convs)
+    by_geometry: dict[tuple, list[dict]] = {}
+    for conv, file in zip(convs, files):
         fused = conv["activation"] if conv["activation"] in ACTIVATIONS else "none"
-        by_geometry.setdefault(replace(conv["geometry"], activation=fused), []).append(
+        by_geometry.setdefault((replace(conv["geometry"], activation=fused), file), []).append(
             {"layer": conv["layer"], "op": conv["op"], "activation": conv["activation"]})
-    return {"source": f"{model.name}: {len(convs)} convolutions, {len(by_geometry)} distinct",
-            "geometries": [{"category": category, **g.to_dict(), "layers": layers} for g, layers in by_geometry.items()],
+    return {"source": f"{model.name}: {len(convs)} convolutions, {len(by_geometry)} distinct"
+                      + (" (geometry and weights)" if weights else ""),
+            "geometries": [{"category": category, **g.to_dict(), **({"weights": file} if file else {}),
+                            "layers": layers} for (g, file), layers in by_geometry.items()],
             "skipped": skipped}
+
+
+def _write_weights(model: Path, convs: list[dict], folder: Path, spec_dir: Path) -> list[str]:
+    """Each conv's kernel and bias as an .npz in `folder`, named by its content's digest (two
+    layers with the same weights share one); each file's path relative to `spec_dir`."""
+    import hashlib
+    import io
+    import os
+
+    from pipeline.core.tools import write_bytes
+    from pipeline.space import given
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for (kernel, bias), conv in zip(WEIGHTS[model.suffix.lower()](model, convs), convs):
+        g = conv["geometry"]
+        want = (g.c_out, g.c_in // g.groups, *g.kernel)
+        if kernel.shape != want or bias.shape != (g.c_out,):
+            raise ConfigError("doit extract --weights", conv["layer"],
+                              f"kernel {list(kernel.shape)} and bias {list(bias.shape)} do not fit its geometry {want}")
+        buffer = io.BytesIO()
+        given.write(buffer, kernel, bias)
+        data = buffer.getvalue()
+        path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.npz"
+        write_bytes(path, data)
+        out.append(os.path.relpath(path, spec_dir))
+    return out

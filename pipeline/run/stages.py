@@ -237,7 +237,8 @@ def model(cases: list[Case], cfg: Config) -> str | None:
     def stored():
         return key_of({"stage": "model", **stage_fingerprint("model"), "geometry": case.geometry.to_dict(),
                        "backend": case.backend, "flavor": case.flavor, "data": case.data,
-                       **({"data_from": case.data_from.to_dict()} if case.data_from else {})}), [case.model_file]
+                       **({"data_from": case.data_from.to_dict()} if case.data_from else {}),
+                       **({"weights": case.weights.digest} if case.weights else {})}), [case.model_file]
 
     return _run("model", "model", cases, cfg, work, prepare, stored)
 

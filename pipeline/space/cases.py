@@ -10,6 +10,7 @@ from pipeline.core.errors import ConfigError
 from pipeline.space.expected import Expectation, match
 from pipeline.space.refusal import refusal
 from pipeline.space.geometry import Geometry
+from pipeline.space.given import SUFFIX_DIGITS, GivenWeights
 
 # backend -> its flavors, in sweep order
 FLAVORS = {
@@ -24,8 +25,11 @@ DATA_SUFFIXES = {"random": "", "adversarial": ADVERSARIAL_SUFFIX, "structured": 
 
 
 def geometry_id(name: str) -> str:
-    """The geometry id in a case's name (conv_<backend>_<flavor>_<id>[<data suffix>]); empty for
-    a name that is no case's."""
+    """The geometry id in a case's name (conv_<backend>_<flavor>_<id>[<data suffix>][<weights
+    suffix>]); empty for a name that is no case's."""
+    import re
+
+    name = re.sub(rf"_w[0-9a-f]{{{SUFFIX_DIGITS}}}$", "", name)
     for suffix in DATA_SUFFIXES.values():
         if suffix and name.endswith(suffix):
             name = name[:-len(suffix)]
@@ -53,6 +57,7 @@ class Case:
     # `doit shrink --keep-data`: the geometry whose seeded weights and input this case crops
     data_from: Geometry | None = None
     data: str = "random"  # the data mode (pipeline/space/data.py): random, adversarial or structured
+    weights: GivenWeights | None = None  # a model's own weights (pipeline/space/given.py); None: seeded ones
 
     def __post_init__(self) -> None:
         check_variant(self.backend, self.flavor)
@@ -71,7 +76,7 @@ class Case:
     def name(self) -> str:
         base = f"conv_{self.backend}_{self.flavor}_{self.geometry.id}"
         base = f"{base}_data_{self.data_from.id}" if self.data_from is not None else base
-        return base + DATA_SUFFIXES[self.data]
+        return base + DATA_SUFFIXES[self.data] + (self.weights.suffix if self.weights else "")
 
     @cached_property
     def key(self) -> str:
@@ -120,19 +125,20 @@ def parse_variants(text: str, field: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def make_cases(sampled: list[tuple[str, Geometry]], compile_only: frozenset[str] = frozenset(),
+def make_cases(sampled: list[tuple[str, Geometry, GivenWeights | None]], compile_only: frozenset[str] = frozenset(),
                expectations: tuple = (), target: str = "llvm-cpu", variants: tuple[str, ...] = VARIANTS,
                data: str = "random") -> list[Case]:
-    """Every (category, geometry) in every backend and flavor the target supports and the
-    backend's frontend can build (see `refused`), with its expected failure if listed."""
+    """Every (category, geometry, given weights) in every backend and flavor the target supports
+    and the backend's frontend can build (see `refused`), with its expected failure if listed."""
     cases = []
-    for category, geometry in sampled:
+    for category, geometry, *given in sampled:  # (the weights may be left out: seeded ones)
+        given = given[0] if given else None
         for backend, flavors in FLAVORS.items():
             for flavor in flavors:
                 if f"{backend}_{flavor}" not in variants or refusal(geometry, backend, flavor):
                     continue
                 case = Case(geometry, backend, flavor, category, f"{backend}_{flavor}" in compile_only,
-                            target=target, data=data)
+                            target=target, data=data, weights=given)
                 expected = match(case.name, expectations) if expectations else None
                 if expected:
                     case = replace(case, expected=expected)
@@ -150,14 +156,16 @@ class Refused:
     reason: str
 
 
-def refused(sampled: list[tuple[str, Geometry]], data: str = "random") -> list[Refused]:
+def refused(sampled: list[tuple[str, Geometry, GivenWeights | None]], data: str = "random") -> list[Refused]:
     """The cases not generated because their frontend refuses the geometry or their flavor cannot check it."""
     out = []
-    for category, geometry in sampled:
+    for category, geometry, *given in sampled:
+        given = given[0] if given else None
         for backend, flavors in FLAVORS.items():
             for flavor in flavors:
                 reason = refusal(geometry, backend, flavor)
                 if reason:
-                    out.append(Refused(Case(geometry, backend, flavor, category, data=data).name, f"{backend}_{flavor}",
+                    out.append(Refused(Case(geometry, backend, flavor, category, data=data, weights=given).name,
+                                       f"{backend}_{flavor}",
                                        category, reason))
     return out

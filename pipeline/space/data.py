@@ -159,6 +159,8 @@ def _original(case: Case) -> Case:
 
 
 def _weights(geometry: Geometry, case: Case) -> tuple[np.ndarray, np.ndarray]:
+    if case.weights is not None:  # a model's own (pipeline/space/given.py)
+        return case.weights.read()
     if case.data == "adversarial":
         return adversarial_weights(geometry, case.weight_seed, case.flavor)
     if case.data == "structured":
@@ -167,8 +169,8 @@ def _weights(geometry: Geometry, case: Case) -> tuple[np.ndarray, np.ndarray]:
 
 
 def case_weights(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """The case's kernel and bias: its own seeded ones, or those of the geometry it keeps the
-    data of, cropped (output channels, input channels per group, kernel taps: the leading ones)."""
+    """The case's kernel and bias: its own seeded ones (or the model's own, where given), or those
+    of the geometry it keeps the data of, cropped (output channels, input channels per group, kernel taps: the leading ones)."""
     g = case.geometry
     if case.data_from is None:
         return _weights(g, case)

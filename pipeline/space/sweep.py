@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pipeline.core.errors import ConfigError, load_json
 from pipeline.space.geometry import ACTIVATIONS, PADDINGS, Geometry
+from pipeline.space.given import GivenWeights
+from pipeline.space import given as given_weights
 
 
 GROUPINGS = ("none", "grouped", "depthwise", "any")
@@ -185,18 +187,21 @@ class SweepSpec:
     """What to sample: categories (n geometries each) plus explicitly listed geometries."""
 
     categories: tuple[Category, ...] = DEFAULT_CATEGORIES
-    geometries: tuple[tuple[str, Geometry], ...] = ()  # (category name, geometry), always included
+    # (category name, geometry) or (category name, geometry, a model's own weights), always included
+    geometries: tuple[tuple, ...] = ()
 
-    def sample(self, n: int) -> list[tuple[str, Geometry]]:
-        """(category, geometry) pairs in sweep order; a repeated geometry keeps its first category."""
-        seen: set[Geometry] = set()
+    def sample(self, n: int) -> list[tuple[str, Geometry, GivenWeights | None]]:
+        """(category, geometry, given weights or None) in sweep order; a repeated geometry (with
+        the same weights) keeps its first category."""
+        seen: set[tuple] = set()
         out = []
         drawn = [(c.name, g.validate(f"category {c.name} geometry {i} ({g.id})"))
                  for c in self.categories for i, g in enumerate(c.sample(n))]
-        for name, geometry in [*drawn, *self.geometries]:
-            if geometry not in seen:
-                seen.add(geometry)
-                out.append((name, geometry))
+        for name, geometry, *given in [*drawn, *self.geometries]:
+            weights = given[0] if given else None
+            if (geometry, weights) not in seen:
+                seen.add((geometry, weights))
+                out.append((name, geometry, weights))
         return out
 
 
@@ -214,7 +219,8 @@ def load_spec(path: str | Path, knob: str = "CONV_SWEEP_SPEC") -> SweepSpec:
     """Read a JSON sweep spec: {"categories": [...], "geometries": [{"category": ..., ...}]}. A
     geometry may list the model layers that use it (`layers`), and the file may say where it
     came from (`source`) and what it left out (`skipped`), as `doit extract` writes them: read
-    by people, not by the sweep."""
+    by people, not by the sweep. A geometry's `weights` names an .npz of a model's own weights
+    for it (pipeline/space/given.py), relative to the spec file's folder."""
     where = f"{knob} ({path})"
     data = load_json(path, knob)
     if not isinstance(data, dict) or set(data) - {"categories", "geometries", "source", "skipped"}:
@@ -243,7 +249,13 @@ def load_spec(path: str | Path, knob: str = "CONV_SWEEP_SPEC") -> SweepSpec:
         name = raw.pop("category", "custom")
         if not isinstance(raw.pop("layers", []), list):
             raise ConfigError(f"{here}.layers", data["geometries"][i]["layers"], "must be a list of the layers using it")
-        geometries.append((name, Geometry.from_dict(raw, here)))
+        weights = raw.pop("weights", None)
+        geometry = Geometry.from_dict(raw, here)
+        if weights is None:
+            geometries.append((name, geometry))
+        else:
+            geometries.append((name, geometry, given_weights.load(weights, Path(path).parent, geometry,
+                                                                  f"{here}.weights")))
     names = [c.name for c in categories]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}.categories", names, "category names must be unique")

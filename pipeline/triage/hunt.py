@@ -305,7 +305,7 @@ class Hunt:
         self.estimate = estimate  # case -> predicted seconds of its chain
         self.flavors = flavors
         self.space = Space.of(cfg.spec.categories)
-        self.sampled = {g for _, g in cfg.sampled}  # the sweep's own geometries
+        self.sampled = {g for _, g, _ in cfg.sampled}  # the sweep's own geometries
         self.passed_over: set[Geometry] = set()  # proposed, but every case of it looked surely known
         self.known = known_buckets(cfg, swept)
         self.map = KnownMap()  # where the known buckets lie: a candidate predicted in one is weighted down

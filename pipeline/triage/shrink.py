@@ -135,7 +135,9 @@ class Shrinker:
     def __init__(self, case: Case, cfg: Config, folder: Path, log=print, keep_data: bool = False):
         # with keep_data, every attempt crops the original case's weights and input
         # (pipeline/space/data.py) instead of drawing its own
-        self.case = replace(case, category="shrink", expected=None, data_from=case.geometry if keep_data else None)
+        # (a model's own weights fit its geometry only: kept with keep_data, cropped like the seeded ones)
+        self.case = replace(case, category="shrink", expected=None, data_from=case.geometry if keep_data else None,
+                            weights=case.weights if keep_data else None)
         self.cfg = cfg.scratch(folder)
         self.folder = Path(folder)
         self.log = log

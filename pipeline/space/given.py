@@ -1,0 +1,71 @@
+"""A model's own weights for one conv layer (`doit extract --weights`): an .npz file beside the
+spec file, named in the spec's geometry entry as `"weights": "<file>.npz"`.
+
+The file holds `kernel` (c_out, c_in / groups, *kernel) and `bias` (c_out,), float64, the
+values the model computes with (an int8 model's dequantized: stored integer x its scale). A case
+built from them is keyed on the file's digest: its name ends `_w<first 12 hex digits>`, and the
+model stage's keys hold the whole digest, so a model's weights never share a store entry with
+random ones, nor with another file's. The input data stays the sweep's.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import ConfigError
+from pipeline.space.geometry import Geometry
+
+SUFFIX_DIGITS = 12  # hex digits of the digest in a case name
+
+
+@dataclass(frozen=True)
+class GivenWeights:
+    """One layer's weights, as a spec file names them."""
+
+    path: str  # the .npz file, absolute
+    digest: str  # sha256 of its bytes
+
+    @property
+    def suffix(self) -> str:
+        return f"_w{self.digest[:SUFFIX_DIGITS]}"
+
+    def read(self) -> tuple[np.ndarray, np.ndarray]:
+        """(kernel, bias), float64; the file must still be the one the case was named for."""
+        data = Path(self.path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != self.digest:
+            raise ConfigError("weights", self.path, "changed since the sweep read it (its digest differs)")
+        with np.load(self.path) as arrays:
+            return arrays["kernel"].astype(np.float64), arrays["bias"].astype(np.float64)
+
+
+def write(file, kernel: np.ndarray, bias: np.ndarray) -> None:
+    """The layer's weights as an .npz `load` reads, to an open binary file (uncompressed: the same
+    arrays give the same bytes)."""
+    np.savez(file, kernel=np.asarray(kernel, dtype=np.float64), bias=np.asarray(bias, dtype=np.float64))
+
+
+def load(value, base: Path, geometry: Geometry, where: str) -> GivenWeights:
+    """The spec entry's `weights` (a path, relative to the spec file's folder), checked against
+    its geometry before any work: a readable .npz whose kernel and bias have the geometry's
+    shapes and finite values."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(where, value, "must be the path of an .npz file (doit extract --weights writes them)")
+    path = (Path(base) / value).resolve()
+    try:
+        data = path.read_bytes()
+        with np.load(path) as arrays:
+            kernel, bias = arrays["kernel"], arrays["bias"]
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(where, value, f"cannot be read as weights (.npz with kernel and bias): "
+                          f"{type(err).__name__}: {str(err)[:120]}") from None
+    g = geometry
+    want = {"kernel": (g.c_out, g.c_in // g.groups, *g.kernel), "bias": (g.c_out,)}
+    for name, array in (("kernel", kernel), ("bias", bias)):
+        if tuple(array.shape) != want[name]:
+            raise ConfigError(f"{where} ({name})", list(array.shape), f"must have the geometry's shape {list(want[name])}")
+        if not np.isfinite(array).all():
+            raise ConfigError(f"{where} ({name})", value, "holds a value that is not finite")
+    return GivenWeights(str(path), hashlib.sha256(data).hexdigest())
