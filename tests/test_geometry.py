@@ -95,3 +95,22 @@ def test_a_fused_activation_is_named_in_the_id_and_the_spec_only_when_present():
     with pytest.raises(ConfigError) as err:
         Geometry.from_dict({**plain.to_dict(), "activation": "gelu"})
     assert err.value.field == "geometry.activation" and "relu6" in str(err.value)
+
+
+def test_explicit_pads_are_the_geometry_s_own_and_only_onnx_builds_them():
+    """torch's (1, 1) at stride 2 on an even input, where TF SAME pads (0, 1): a geometry of its
+    own, named by its pads; TFLite refuses it (its conv op pads VALID or SAME only)."""
+    from pipeline.space.refusal import refusal
+
+    g = Geometry(2, (56, 56), (3, 3), (2, 2), 8, 8, "explicit", explicit_pads=((1, 1), (1, 1))).validate()
+    same = Geometry(2, (56, 56), (3, 3), (2, 2), 8, 8, "same")
+    assert same.pads == ((0, 1), (0, 1)) and g.pads == ((1, 1), (1, 1)) and g.out_spatial == same.out_spatial == (28, 28)
+    assert g.id == "w56_h56_f8_k3_c8_s2x2_pad1-1x1-1" and Geometry.from_dict(g.to_dict()) == g
+    assert g.to_dict()["pads"] == [[1, 1], [1, 1]]
+    assert refusal(g, "tflite") and "PAD op" in refusal(g, "tflite") and refusal(g, "onnx") is None
+    for bad, field in ((dict(padding="explicit"), "geometry.pads"), (dict(explicit_pads=((1, 1), (1, 1))), "geometry.pads"),
+                       (dict(padding="explicit", explicit_pads=((1, 1),)), "geometry.pads"),
+                       (dict(padding="explicit", explicit_pads=((-1, 1), (1, 1))), "geometry.pads")):
+        with pytest.raises(ConfigError) as err:
+            Geometry(**{**dict(rank=2, spatial=(8, 8), kernel=(3, 3), stride=(1, 1), c_in=4, c_out=4), **bad}).validate()
+        assert err.value.field == field

@@ -15,6 +15,9 @@ GEOMETRIES = [
     Geometry(2, (9, 10), (3, 3), (2, 1), 6, 12, "same", groups=6),
     Geometry(1, (30,), (4,), (3,), 7, 14, "same", (3,), 7, 2),
     Geometry(1, (31,), (5,), (2,), 6, 9, "valid", (2,), 3, 4),
+    # torch's own pads where TF SAME differs: (1, 1) at stride 2 on an even input, a ResNet stem
+    Geometry(2, (12, 12), (3, 3), (2, 2), 4, 6, "explicit", explicit_pads=((1, 1), (1, 1))),
+    Geometry(2, (16, 16), (7, 7), (2, 2), 3, 4, "explicit", explicit_pads=((3, 3), (3, 3))),
 ]
 
 

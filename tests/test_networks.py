@@ -69,24 +69,25 @@ def test_each_torch_conv_module_is_one_geometry_with_its_output_shape_or_skipped
         x, y = seen[record["layer"]]
         assert [*g.out_spatial, g.c_out] == [y[2], y[3], y[1]] == record["output"], record["layer"]
         assert [*g.spatial, g.c_in] == [x[2], x[3], x[1]], record["layer"]
-    assert all(s["kind"] == "Conv2d" and s["reason"].startswith("pads (") for s in skipped)
+    assert all(s["kind"] == "Conv2d" and "padding_mode" in s["reason"] for s in skipped)
+    explicit = [r for r in layers if r["geometry"]["padding"] == "explicit"]  # torch's (p, p) where TF SAME differs
+    assert explicit and all(a == b > 0 for r in explicit for a, b in r["geometry"]["pads"])
     # the checked-in table holds exactly this extraction
     assert torch_conv_layers(model) == (layers, skipped)
 
 
-def test_a_torch_conv_is_valid_same_or_skipped_by_its_pads_against_tf_same():
+def test_a_torch_conv_is_valid_same_or_explicit_by_its_pads_against_tf_same():
     import torch
 
     from pipeline.frontends.networks import torch_padding
 
-    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=1, padding=1), (56, 56)) == ("same", "")
-    assert torch_padding(torch.nn.Conv2d(8, 8, 1, padding=0), (56, 56)) == ("valid", "")
-    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (56, 56)) == \
-        (None, "pads (1, 1) per axis; TF SAME on 56 at stride 2 pads (0, 1)")
-    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 57)) == ("same", "")  # odd: (1, 1)
-    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 56)) == \
-        (None, "pads (1, 1) on W; TF SAME on 56 at stride 2 pads (0, 1)")
-    assert torch_padding(torch.nn.Conv2d(8, 8, 3, padding="same"), (56, 56)) == ("same", "")
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=1, padding=1), (56, 56)) == ("same", None)
+    assert torch_padding(torch.nn.Conv2d(8, 8, 1, padding=0), (56, 56)) == ("valid", None)
+    # TF SAME on 56 at stride 2 pads (0, 1): torch's (1, 1) is a conv of its own
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (56, 56)) == ("explicit", ((1, 1), (1, 1)))
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 57)) == ("same", None)  # odd: (1, 1)
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), (57, 56)) == ("explicit", ((1, 1), (1, 1)))
+    assert torch_padding(torch.nn.Conv2d(8, 8, 3, padding="same"), (56, 56)) == ("same", None)
     kind, why = torch_padding(torch.nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"), (56, 56))
     assert kind is None and "reflect" in why
 
@@ -178,11 +179,14 @@ def test_the_view_counts_layers_per_use_names_failing_layers_and_sums_cycles_ove
     assert f"<td>{len(used) - uses - first} of 53, {first} compiled only</td>" in page
 
 
-def test_the_view_names_a_network_s_skipped_layers_in_its_summary_and_page():
+def test_the_view_names_a_network_s_skipped_layers_in_its_summary_and_page(monkeypatch):
+    """(No network of the profile has a conv it cannot express: one is listed as if skipped.)"""
     from pipeline.results import networks as view
     from pipeline.results.html import _networks_section
     from pipeline.results.report import signature
 
+    listed = {"resnet18": [{"layer": "conv9", "kind": "Conv2d", "reason": "padding_mode 'reflect'"}]}
+    monkeypatch.setattr(networks, "skipped", lambda name: listed.get(name, []))
     used = [g for name, _, g in networks.layers() if name == "resnet18"]
     entries = [{"case": f"c{i}", "backend": "onnx", "flavor": "f32", "geometry": g.to_dict(), "status": "pass"}
                for i, g in enumerate(dict.fromkeys(used))]

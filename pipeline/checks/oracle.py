@@ -180,7 +180,8 @@ def onnx_weights(model: Path) -> ModelWeights:
             return raw.reshape(tuple(init.dims)).astype(np.float64)
         return numpy_helper.to_array(init).astype(np.float64)
 
-    constants = {name: float(array(name).reshape(-1)[0]) for name in inits if array(name).size == 1}
+    constants = {name: float(array(name).reshape(-1)[0]) for name, init in inits.items()
+                 if int(np.prod(init.dims)) == 1}  # a Clip's bounds
     return ModelWeights(array(conv.input[1]), array(conv.input[2]), False,
                         activation=onnx_activation(conv, readers, constants))
 

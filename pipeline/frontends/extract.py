@@ -7,7 +7,8 @@ activation fused into the conv (TFLite's fused activation; an ONNX Conv whose on
 Relu, or a Clip to [0, 6]); another fused activation (tanh, sign bit) is swept as the plain conv,
 and its layer says which.
 An op the sweep cannot express is listed in `skipped` with the reason: a transposed conv, a
-3-D conv, an unknown input shape, explicit padding that is neither VALID nor TF's SAME.
+3-D conv, an unknown input shape, an ONNX auto_pad other than VALID and SAME_UPPER. ONNX pads
+that are not TF's SAME are the geometry's explicit pads (ONNX cases only: TFLite's conv has none).
 
 The file is read without TensorFlow or torch: TFLite with LiteRT's flatbuffer schema, ONNX with
 the onnx package and its shape inference. A TFLite Conv1D is a CONV_2D of height 1 in the file,
@@ -112,22 +113,24 @@ def _attributes(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _onnx_padding(attrs: dict, spatial, kernel, stride, dilation) -> str | None:
-    """valid or same (TF's SAME), or None where the conv's padding is neither."""
+def _onnx_padding(attrs: dict, spatial, kernel, stride, dilation) -> tuple[str | None, tuple | None]:
+    """(padding, pads): ("valid", None), ("same", None) (TF's SAME), or ("explicit", (before,
+    after) per axis) for other pads; (None, None) for an auto_pad the sweep does not build."""
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto == "VALID":
-        return "valid"
+        return "valid", None
     if auto == "SAME_UPPER":  # the extra pad at the end, as TF's SAME
-        return "same"
+        return "same", None
     if auto not in ("NOTSET", ""):
-        return None
-    pads = list(attrs.get("pads", [0] * (2 * len(spatial))))
-    if not any(pads):
-        return "valid"
+        return None, None
     n = len(spatial)
-    same = [same_padding(size, k, s, d) for size, k, s, d in zip(spatial, kernel, stride, dilation)]
-    return "same" if all((pads[i], pads[i + n]) == same[i] for i in range(n)) else None
+    pads = list(attrs.get("pads", [0] * (2 * n)))
+    if not any(pads):
+        return "valid", None
+    pairs = tuple((int(pads[i]), int(pads[i + n])) for i in range(n))
+    same = tuple(same_padding(size, k, s, d) for size, k, s, d in zip(spatial, kernel, stride, dilation))
+    return ("same", None) if pairs == same else ("explicit", pairs)
 
 
 def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
@@ -174,15 +177,16 @@ def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
         attrs = _attributes(node)
         spatial, kernel = tuple(x[2:]), tuple(attrs.get("kernel_shape", w[2:]))
         stride, dilation = tuple(attrs.get("strides", [1] * rank)), tuple(attrs.get("dilations", [1] * rank))
-        padding = _onnx_padding(attrs, spatial, kernel, stride, dilation)
+        padding, pads = _onnx_padding(attrs, spatial, kernel, stride, dilation)
         if padding is None:
-            skipped.append({"layer": layer, "op": "Conv", "reason": f"padding {attrs.get('auto_pad') or list(attrs.get('pads'))} "
-                            "is neither VALID nor TF's SAME (the sweep builds those two)"})
+            skipped.append({"layer": layer, "op": "Conv", "reason": f"auto_pad {attrs.get('auto_pad')} "
+                            "is none the sweep builds (VALID, SAME_UPPER, or explicit pads)"})
             continue
         groups = int(attrs.get("group", 1))
         try:
             g = Geometry(rank, spatial, kernel, stride, int(x[1]), int(w[0]), padding,
-                         None if set(dilation) == {1} else dilation, groups, int(x[0] or 1)).validate(layer)
+                         None if set(dilation) == {1} else dilation, groups, int(x[0] or 1),
+                         explicit_pads=pads).validate(layer)
         except ConfigError as err:
             skipped.append({"layer": layer, "op": "Conv", "reason": str(err)})
             continue

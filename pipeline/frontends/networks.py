@@ -135,30 +135,23 @@ def build_torch(network: str):
     return getattr(torchvision_models(), constructor)(weights=None).eval()
 
 
-def torch_padding(conv, spatial) -> tuple[str | None, str]:
-    """("valid" or "same", "") for an nn.Conv2d on an input of `spatial` (H, W): valid where it
-    pads nothing, same where its pads (p, p) are TF SAME's on every axis; else (None, why)."""
+def torch_padding(conv, spatial) -> tuple[str | None, object]:
+    """(padding, pads) of an nn.Conv2d on an input of `spatial` (H, W): ("valid", None) where it
+    pads nothing, ("same", None) where its pads (p, p) are TF SAME's on every axis, else
+    ("explicit", its pads per axis); (None, why) for a padding mode other than zeros."""
     if conv.padding_mode != "zeros":
         return None, f"padding_mode {conv.padding_mode!r}; the geometry pads with zeros only"
     if conv.padding == "valid":
-        return "valid", ""
+        return "valid", None
     if conv.padding == "same":  # torch allows it at stride 1 only: (k - 1) d in all, the odd one after, as TF
-        return "same", ""
+        return "same", None
     pads = tuple(conv.padding)
     if not any(pads):
-        return "valid", ""
+        return "valid", None
     axes = list(zip(spatial, conv.kernel_size, conv.stride, conv.dilation, pads))
-    tf = [same_padding(n, k, s, d) for n, k, s, d, _ in axes]
-    if all(t == (p, p) for t, (*_, p) in zip(tf, axes)):
-        return "same", ""
-
-    def why(n, k, s, d, p, t):
-        return f"TF SAME on {n} at stride {s}{f' dilation {d}' if d != 1 else ''} pads {t}"
-
-    if len(set(axes)) == 1:
-        return None, f"pads ({pads[0]}, {pads[0]}) per axis; {why(*axes[0], tf[0])}"
-    return None, "; ".join(f"pads ({p}, {p}) on {axis}; {why(n, k, s, d, p, t)}"
-                           for axis, (n, k, s, d, p), t in zip("HW", axes, tf) if t != (p, p))
+    if all(same_padding(n, k, s, d) == (p, p) for n, k, s, d, p in axes):
+        return "same", None
+    return "explicit", tuple((p, p) for p in pads)
 
 
 def _torch_activation(users: dict, node) -> str:
@@ -224,14 +217,14 @@ def torch_conv_layers(model, shape=(224, 224, 3)) -> tuple[list[dict], list[dict
                             "reason": f"runs {len(seen[name])} times in one forward pass in eval mode"})
             continue
         (x, y), = seen[name]
-        padding, reason = torch_padding(conv, tuple(x[2:]))
+        padding, pads = torch_padding(conv, tuple(x[2:]))
         if padding is None:
-            skipped.append({"layer": name, "kind": "Conv2d", "reason": reason})
+            skipped.append({"layer": name, "kind": "Conv2d", "reason": pads})
             continue
         dilation = tuple(conv.dilation)
         g = Geometry(2, tuple(x[2:]), tuple(conv.kernel_size), tuple(conv.stride), conv.in_channels,
                      conv.out_channels, padding, None if dilation == (1, 1) else dilation,
-                     conv.groups).validate(f"layer {name}")
+                     conv.groups, explicit_pads=pads).validate(f"layer {name}")
         layers.append({"layer": name, "kind": "Conv2d", "geometry": g.to_dict(),
                        "activation": _torch_activation(users, nodes[name]), "output": [y[2], y[3], y[1]]})
     return layers, skipped

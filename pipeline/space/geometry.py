@@ -7,10 +7,11 @@ from functools import cached_property
 
 from pipeline.core.errors import ConfigError
 
-PADDINGS = ("valid", "same")
+PADDINGS = ("valid", "same")  # what a category draws
+PADDING_MODES = (*PADDINGS, "explicit")  # and given pads (before, after) per axis, as torch's nn.Conv2d pads
 ACTIVATIONS = ("none", "relu", "relu6")  # fused after the sum: none, max(v, 0), min(max(v, 0), 6)
 FIELDS = ("rank", "spatial", "kernel", "stride", "c_in", "c_out", "padding", "dilation", "groups", "batch",
-          "activation")
+          "activation", "pads")  # pads: explicit_pads, as a spec file names it
 REQUIRED = ("rank", "spatial", "kernel", "stride", "c_in", "c_out")
 
 
@@ -42,11 +43,12 @@ class Geometry:
     stride: tuple[int, ...]  # stride per spatial axis
     c_in: int  # input channels
     c_out: int  # output channels (filters)
-    padding: str = "valid"  # "valid", or "same" (TF's SAME, at any stride and dilation)
+    padding: str = "valid"  # "valid", "same" (TF's SAME, at any stride and dilation), or "explicit"
     dilation: tuple[int, ...] | None = None  # dilation per spatial axis; None is 1 on every axis
     groups: int = 1  # channel groups: c_in and c_out are multiples of it
     batch: int = 1  # batch size
     activation: str = "none"  # fused activation (ACTIVATIONS), as each frontend fuses it into the conv
+    explicit_pads: tuple[tuple[int, int], ...] | None = None  # padding "explicit": (before, after) per axis
 
     def __post_init__(self) -> None:
         for field in ("spatial", "kernel", "stride"):
@@ -55,6 +57,8 @@ class Geometry:
         if dilation is None:
             dilation = (1,) * (self.rank if self.rank in (1, 2) else len(self.spatial))
         object.__setattr__(self, "dilation", tuple(dilation))
+        if self.explicit_pads is not None:
+            object.__setattr__(self, "explicit_pads", tuple(tuple(pair) for pair in self.explicit_pads))
 
     def validate(self, where: str = "geometry") -> "Geometry":
         """Raise ConfigError naming the first bad field; return self when valid."""
@@ -73,8 +77,19 @@ class Geometry:
         if self.c_in % self.groups or self.c_out % self.groups:
             raise ConfigError(f"{where}.groups", self.groups,
                               f"must divide both c_in ({self.c_in}) and c_out ({self.c_out})")
-        if self.padding not in PADDINGS:
-            raise ConfigError(f"{where}.padding", self.padding, f"must be one of {', '.join(PADDINGS)}")
+        if self.padding not in PADDING_MODES:
+            raise ConfigError(f"{where}.padding", self.padding, f"must be one of {', '.join(PADDING_MODES)}")
+        if (self.padding == "explicit") != (self.explicit_pads is not None):
+            raise ConfigError(f"{where}.pads", self.explicit_pads, "goes with padding 'explicit', and only with it")
+        if self.explicit_pads is not None:
+            pairs = self.explicit_pads
+            if len(pairs) != self.rank or not all(len(p) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                       and v >= 0 for v in p) for p in pairs):
+                raise ConfigError(f"{where}.pads", [list(p) for p in pairs],
+                                  f"needs {self.rank} pairs [before, after] of integers >= 0")
+            if any(w > n + b + a for w, n, (b, a) in zip(self.window, self.spatial, pairs)):
+                raise ConfigError(f"{where}.pads", [list(p) for p in pairs],
+                                  f"the window {self.window} does not fit the padded input")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"{where}.activation", self.activation, f"must be one of {', '.join(ACTIVATIONS)}")
         if self.padding == "valid" and any(w > n for w, n in zip(self.window, self.spatial)):
@@ -133,6 +148,8 @@ class Geometry:
         if self.padding == "same":
             return tuple(same_padding(n, k, s, d)
                          for n, k, s, d in zip(self.spatial, self.kernel, self.stride, self.dilation))
+        if self.padding == "explicit":
+            return self.explicit_pads
         return ((0, 0),) * self.rank
 
     @property
@@ -150,7 +167,9 @@ class Geometry:
             parts.append(f"_khw{kh}x{kw}")
         if (sh, sw) != (1, 1):
             parts.append(f"_s{sh}x{sw}")
-        if self.padding != "same":
+        if self.padding == "explicit":
+            parts.append("_pad" + "x".join(f"{b}-{a}" for b, a in self.explicit_pads))
+        elif self.padding != "same":
             parts.append(f"_p{self.padding}")
         if (dh, dw) != (1, 1):
             parts.append(f"_d{dh}x{dw}")
@@ -176,6 +195,8 @@ class Geometry:
             out["batch"] = self.batch
         if self.activation != "none":
             out["activation"] = self.activation
+        if self.explicit_pads is not None:
+            out["pads"] = [list(p) for p in self.explicit_pads]
         return out
 
     @classmethod
@@ -191,7 +212,12 @@ class Geometry:
         for field in ("spatial", "kernel", "stride", "dilation"):
             if field in data and not isinstance(data[field], (list, tuple)):
                 raise ConfigError(f"{where}.{field}", data[field], "must be a list of integers")
-        return cls(**data).validate(where)
+        data = dict(data)
+        pads = data.pop("pads", None)
+        if pads is not None and (not isinstance(pads, (list, tuple)) or
+                                 not all(isinstance(p, (list, tuple)) for p in pads)):
+            raise ConfigError(f"{where}.pads", pads, "must be a list of [before, after] per spatial axis")
+        return cls(**data, explicit_pads=pads).validate(where)
 
 def macs(geometry) -> int:
     """Multiply-accumulates of one call: every output element sums `reduction` products."""

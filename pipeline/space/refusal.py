@@ -11,6 +11,8 @@ STRIDED_DILATION = ("tf.keras refuses strides > 1 together with dilation_rate > 
                     "DepthwiseConv accepts it but builds a stride-1 conv plus a STRIDED_SLICE, not one strided conv")
 
 
+EXPLICIT_PADS = ("TFLite's conv ops pad VALID or TF SAME only: explicit pads take a separate PAD op before the conv "
+                 "(what the converter makes of a ZeroPadding2D), not one convolution")
 UNPADDED_EXPORT = ("torch exports the conv unpadded and its pads are set on the ONNX node afterwards, so the "
                    "window (kernel - 1) x dilation + 1 must fit the unpadded input")
 # |x - zero point| <= 255 and symmetric int8 weights |w| <= 127 (pipeline/checks/tolerance.py)
@@ -34,10 +36,13 @@ def refusal(geometry: Geometry, backend: str, flavor: str | None = None) -> str 
 
     TFLite (tf.keras, TFLiteConverter): grouped Conv1D/Conv2D become one grouped CONV_2D and
     depthwise ones one DEPTHWISE_CONV_2D, in all three flavors; SAME padding is TF's own at any
-    stride; batch is any size. ONNX (torch, one Conv node with explicit pads): everything whose window fits the unpadded input.
+    stride; batch is any size; explicit pads are not one TFLite conv. ONNX (torch, one Conv node
+    with explicit pads): everything whose window fits the unpadded input.
     """
     if backend == "tflite" and any(s > 1 for s in geometry.stride) and any(d > 1 for d in geometry.dilation):
         return STRIDED_DILATION
+    if backend == "tflite" and geometry.padding == "explicit":
+        return EXPLICIT_PADS
     if backend == "onnx" and any(w > n for w, n in zip(geometry.window, geometry.spatial)):
         return UNPADDED_EXPORT
     if flavor == "w8i8":

@@ -112,8 +112,9 @@ def with_value(g: Geometry, dim: str, v: int) -> Geometry:
 
 def minimum(g: Geometry, dim: str) -> int:
     """The dimension's smallest value with every other dimension as it is."""
-    if dim.startswith("spatial") and g.padding == "valid":
-        return g.window[int(dim[-1])]
+    if dim.startswith("spatial") and g.padding != "same":  # the window fits the input and its given pads
+        axis = int(dim[-1])
+        return max(1, g.window[axis] - sum(g.pads[axis]))
     return 1
 
 
