@@ -13,8 +13,6 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from pipeline.core.errors import ConfigError
 from pipeline.space.geometry import Geometry
 
@@ -32,8 +30,10 @@ class GivenWeights:
     def suffix(self) -> str:
         return f"_w{self.digest[:SUFFIX_DIGITS]}"
 
-    def read(self) -> tuple[np.ndarray, np.ndarray]:
+    def read(self):
         """(kernel, bias), float64; the file must still be the one the case was named for."""
+        import numpy as np
+
         data = Path(self.path).read_bytes()
         if hashlib.sha256(data).hexdigest() != self.digest:
             raise ConfigError("weights", self.path, "changed since the sweep read it (its digest differs)")
@@ -41,16 +41,20 @@ class GivenWeights:
             return arrays["kernel"].astype(np.float64), arrays["bias"].astype(np.float64)
 
 
-def write(file, kernel: np.ndarray, bias: np.ndarray) -> None:
+def write(file, kernel, bias) -> None:
     """The layer's weights as an .npz `load` reads, to an open binary file (uncompressed: the same
     arrays give the same bytes)."""
+    import numpy as np
+
     np.savez(file, kernel=np.asarray(kernel, dtype=np.float64), bias=np.asarray(bias, dtype=np.float64))
 
 
 def load(value, base: Path, geometry: Geometry, where: str) -> GivenWeights:
     """The spec entry's `weights` (a path, relative to the spec file's folder), checked against
     its geometry before any work: a readable .npz whose kernel and bias have the geometry's
-    shapes and finite values."""
+    shapes and finite values. (numpy is imported here: listing the tasks does not pay for it.)"""
+    import numpy as np
+
     if not isinstance(value, str) or not value:
         raise ConfigError(where, value, "must be the path of an .npz file (doit extract --weights writes them)")
     path = (Path(base) / value).resolve()
