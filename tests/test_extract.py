@@ -181,3 +181,34 @@ def test_extract_with_weights_builds_each_case_from_the_model_s_own_and_the_swee
     done = results(tmp_path / "build")
     assert len(done) == 10 and all(r["status"] == "pass" for r in done.values())
     assert all(name.split("_w")[-1][:12] in {s[2].digest[:12] for s in spec.sample(0)} for name in done)
+
+
+@pytest.mark.slow
+def test_extract_with_a_sample_input_runs_each_layer_on_its_own_input(int8_model, tmp_path):
+    """--input: each layer's file holds its input when the model runs on the sample (the first
+    layer's: the sample itself, through the model's int8 input quantization); the cases run on
+    it, and pass on llvm-cpu, the int8 one on the sample requantized with its own model's input
+    quantization."""
+    import numpy as np
+
+    from pipeline.space.cases import make_cases
+
+    sample = np.random.default_rng(3).uniform(-2, 2, (1, 12, 12, 3)).astype(np.float32)
+    np.save(tmp_path / "sample.npy", sample)
+    out = tmp_path / "convs.json"
+    env = clean_env(CONV_SWEEP_BUILD_DIR=tmp_path / "build")
+    run = doit("extract", str(int8_model), "--weights", "--input", str(tmp_path / "sample.npy"), "--out", str(out), env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    first, second = [given for _, _, given in load_spec(out).sample(0)]
+    assert first.has_input and second.has_input
+    step = float(np.abs(np.diff(np.unique(first.read_input()))).min())  # the source model's input scale
+    assert np.abs(first.read_input() - np.moveaxis(sample, -1, 1)).max() <= step / 2 + 1e-6
+    assert second.read_input().shape == (1, 8, 12, 12) and second.read_input().min() >= 0  # after relu6
+    swept = doit("-n", "2", "verify:conv_tflite_w8i8*", "verify:conv_onnx_f32*",
+                 env={**env, "CONV_SWEEP_SPEC": str(out), "CONV_SWEEP_TARGET": "llvm-cpu"})
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    done = results(tmp_path / "build")
+    assert len(done) == 4 and all(r["status"] == "pass" for r in done.values())
+    onnx = next(c for c in make_cases(load_spec(out).sample(0)[:1]) if c.variant == "onnx_f32")
+    saved = np.load(tmp_path / "build" / "cases" / onnx.name / "input.npy")
+    assert np.array_equal(saved, first.read_input().astype(np.float32))

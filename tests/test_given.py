@@ -73,3 +73,34 @@ def test_non_finite_weights_and_a_file_changed_after_reading_are_refused(tmp_pat
         case_weights(case)
     with pytest.raises(ConfigError, match="not finite"):
         load_spec(_spec(tmp_path, [{"weights": "w.npz"}]))
+
+
+def test_a_sample_input_in_the_file_is_the_case_s_input_in_its_layout_and_dtype(tmp_path):
+    """The layer's input on a model's sample (channels first in the file): the ONNX f32 case runs
+    on it as it is, the TFLite one channels last, the bf16 one rounded to bf16; the int8 one needs
+    its model's input quantization; calibration is that sample alone. A sample of the wrong
+    shape is an error naming it."""
+    import ml_dtypes
+
+    from pipeline.space.data import calibration_samples, make_input
+
+    rng = np.random.default_rng(7)
+    sample = rng.uniform(-2, 2, (1, 4, 8, 9))
+    with open(tmp_path / "w.npz", "wb") as f:
+        given.write(f, rng.uniform(-1, 1, (6, 4, 3, 3)), rng.uniform(-1, 1, 6), sample)
+    spec = load_spec(_spec(tmp_path, [{"weights": "w.npz"}]))
+    assert spec.sample(0)[0][2].has_input
+    cases = {c.variant: c for c in make_cases(spec.sample(0))}
+    assert np.array_equal(make_input(cases["onnx_f32"]), sample.astype(np.float32))
+    assert np.array_equal(make_input(cases["tflite_f32"]), np.moveaxis(sample, 1, -1).astype(np.float32))
+    bf16 = make_input(cases["onnx_bf16"])
+    assert bf16.dtype == ml_dtypes.bfloat16 and np.array_equal(bf16, sample.astype(np.float32).astype(ml_dtypes.bfloat16))
+    [calibration] = calibration_samples(cases["tflite_w8i8"])
+    assert np.array_equal(calibration, np.moveaxis(sample, 1, -1).astype(np.float32))
+    with pytest.raises(ValueError, match="input quantization"):
+        make_input(cases["tflite_w8i8"])
+    with open(tmp_path / "w.npz", "wb") as f:
+        given.write(f, rng.uniform(-1, 1, (6, 4, 3, 3)), rng.uniform(-1, 1, 6), sample[:, :, :7])
+    with pytest.raises(ConfigError) as err:
+        load_spec(_spec(tmp_path, [{"weights": "w.npz"}]))
+    assert err.value.field.endswith("weights (input)") and "[1, 4, 8, 9]" in str(err.value)

@@ -400,7 +400,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                                  perf=perf.record(case.geometry, vmfb, stages, _estimate(profile, case_dir)))
         result.write(case_dir)
         return result
-    x = make_input(case)
+    x = make_input(case, model)
     save_npy(model_dir / INPUT, x)
     sig = _signature(target, vmfb, model_dir / MLIR, profile.function(case.backend), store, timeout,
                      case_dir / "run.log")

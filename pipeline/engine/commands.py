@@ -309,13 +309,14 @@ REFUSED = CommandSpec("refused", "List the cases not generated (a frontend refus
                       _refused)
 
 
-def _check_extract(model, out, weights):
+def _check_extract(model, out, weights, sample):
     if len(model) != 1:
-        raise Usage("extract", "doit extract MODEL.tflite|MODEL.onnx [--weights] [--out SPEC.json]: one model file")
+        raise Usage("extract", "doit extract MODEL.tflite|MODEL.onnx [--weights [--input SAMPLE.npy]] [--out SPEC.json]: "
+                    "one model file")
     return {"model": Path(model[0])}
 
 
-def _extract(run, model, out, weights):
+def _extract(run, model, out, weights, sample):
     """The model's convs as a spec file (pipeline/frontends/extract.py)."""
     import json
 
@@ -324,7 +325,7 @@ def _extract(run, model, out, weights):
 
     path = Path(out) if out else Path(f"{model.stem}-convs.json")
     folder = path.with_name(path.stem + "-weights") if weights else None
-    spec = extract(model, f"doit extract {model}", folder, path.parent)
+    spec = extract(model, f"doit extract {model}", folder, path.parent, Path(sample) if sample else None)
     write_text(path, json.dumps(spec, indent=1) + "\n")
     layers = sum(len(g["layers"]) for g in spec["geometries"])
     print(f"conv-sweep: {model}: {layers} conv layers, {len(spec['geometries'])} distinct geometries; "
@@ -342,7 +343,9 @@ EXTRACT = CommandSpec(
         {"name": "out", "long": "out", "default": "",
          "help": "the spec file to write (default: <model's name>-convs.json in the current folder)"},
         {"name": "weights", "long": "weights", "type": bool, "default": False,
-         "help": "build each case with the layer's own weights and bias (written to <spec>-weights/)"}))
+         "help": "build each case with the layer's own weights and bias (written to <spec>-weights/)"},
+        {"name": "sample", "long": "input", "default": "",
+         "help": "with --weights: an .npy of the model's input; each case runs on its layer's input on it"}))
 
 
 def _check_export_xfails(params):

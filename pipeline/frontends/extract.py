@@ -70,7 +70,8 @@ def tflite_convs(model: Path) -> tuple[list[dict], list[dict]]:
         fused = int(o.fusedActivationFunction)
         convs.append({"layer": layer, "op": op_name, "geometry": g,
                       "activation": TFLITE_ACTIVATIONS.get(fused, f"fused activation {fused} (not swept)"),
-                      "tensors": [int(op.inputs[1]), int(op.inputs[2]) if len(op.inputs) > 2 else -1]})
+                      "tensors": [int(op.inputs[1]), int(op.inputs[2]) if len(op.inputs) > 2 else -1],
+                      "input": int(op.inputs[0])})
     return convs, skipped
 
 
@@ -191,8 +192,51 @@ def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
             skipped.append({"layer": layer, "op": "Conv", "reason": str(err)})
             continue
         convs.append({"layer": layer, "op": "Conv", "geometry": g,
-                      "activation": onnx_activation(node, readers, constants), "tensors": list(node.input[1:3])})
+                      "activation": onnx_activation(node, readers, constants), "tensors": list(node.input[1:3]),
+                      "input": node.input[0]})
     return convs, skipped
+
+
+def tflite_inputs(model: Path, convs: list[dict], sample: np.ndarray) -> list[np.ndarray]:
+    """Each conv's input (float64, channels first) when the model runs on `sample` (its input, in
+    its layout: a float sample of an int8 model is quantized with the model's input scale and
+    zero point, round half to even)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(model), experimental_preserve_all_tensors=True)
+    interpreter.allocate_tensors()
+    detail = interpreter.get_input_details()[0]
+    if tuple(sample.shape) != tuple(detail["shape"]):
+        raise ConfigError("doit extract --input", list(sample.shape), f"must be the model's input shape {list(detail['shape'])}")
+    if detail["dtype"] == np.int8 and sample.dtype != np.int8:
+        scale, zero_point = detail["quantization"]
+        sample = np.clip(np.rint(sample / scale) + zero_point, -128, 127)
+    interpreter.set_tensor(detail["index"], sample.astype(detail["dtype"]))
+    interpreter.invoke()
+    details = {d["index"]: d for d in interpreter.get_tensor_details()}
+    return [np.moveaxis(_dequantized(interpreter, details[conv["input"]]), -1, 1) for conv in convs]
+
+
+def onnx_inputs(model: Path, convs: list[dict], sample: np.ndarray) -> list[np.ndarray]:
+    """Each Conv's input when the model runs on `sample` (onnxruntime, every such input made an
+    output of the graph)."""
+    import onnx
+    import onnxruntime
+
+    proto = onnx.shape_inference.infer_shapes(onnx.load(str(model)))
+    graph = proto.graph
+    feed = graph.input[0].name
+    known = {v.name: v for v in graph.value_info}
+    names = list(dict.fromkeys(conv["input"] for conv in convs if conv["input"] != feed))
+    graph.output.extend(known[name] for name in names if name in known)
+    session = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.get_inputs()[0].shape
+    if len(expected) != sample.ndim or any(isinstance(d, int) and d != n for d, n in zip(expected, sample.shape)):
+        raise ConfigError("doit extract --input", list(sample.shape), f"must be the model's input shape {expected}")
+    wanted = [o.name for o in session.get_outputs()]
+    values = dict(zip(wanted, session.run(wanted, {feed: sample.astype(np.float32)})))
+    values[feed] = sample
+    return [np.asarray(values[conv["input"]], dtype=np.float64) for conv in convs]
 
 
 def onnx_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -215,14 +259,18 @@ def onnx_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.nd
 
 READERS = {".tflite": tflite_convs, ".onnx": onnx_convs}
 WEIGHTS = {".tflite": tflite_weights, ".onnx": onnx_weights}
+SAMPLE_INPUTS = {".tflite": tflite_inputs, ".onnx": onnx_inputs}
 
 
-def extract(model: Path, where: str = "doit extract", weights: Path | None = None, spec_dir: Path | None = None) -> dict:
+def extract(model: Path, where: str = "doit extract", weights: Path | None = None, spec_dir: Path | None = None,
+            sample: Path | None = None) -> dict:
     """The model's convs as a spec file's content: {"source", "geometries": [{"category", ...the
     geometry, "layers": [{"layer", "op", "activation"}]}], "skipped": [...]}. A file that cannot be
     read, or holds no conv, is a ConfigError naming it. With `weights` (a folder), each conv's own
     kernel and bias are written there (pipeline/space/given.py), and a geometry is one per
-    distinct (geometry, weights): its `weights` names the file, relative to `spec_dir`."""
+    distinct (geometry, weights): its `weights` names the file, relative to `spec_dir`. With
+    `sample` too (an .npy of the model's input), each file also holds the conv's input when the
+    model runs on it."""
     model = Path(model)
     reader = READERS.get(model.suffix.lower())
     if reader is None:
@@ -238,7 +286,10 @@ def extract(model: Path, where: str = "doit extract", weights: Path | None = Non
         raise ConfigError(where, str(model), "holds no convolution the sweep can build"
                           + (f" ({len(skipped)} skipped: {skipped[0]['reason']})" if skipped else ""))
     category = "extract_" + "".join(c if c.isalnum() else "_" for c in model.stem)
-    files = _write_weights(model, convs, Path(weights), Path(spec_dir or ".")) if weights else [None] * len(convs)
+    if sample is not None and not weights:
+        raise ConfigError(f"{where} --input", str(sample), "goes with --weights")
+    files = _write_weights(model, convs, Path(weights), Path(spec_dir or "."), sample) if weights \
+        else [None] * len(convs)
     by_geometry: dict[tuple, list[dict]] = {}
     for conv, file in zip(convs, files):
         fused = conv["activation"] if conv["activation"] in ACTIVATIONS else "none"
@@ -251,9 +302,10 @@ def extract(model: Path, where: str = "doit extract", weights: Path | None = Non
             "skipped": skipped}
 
 
-def _write_weights(model: Path, convs: list[dict], folder: Path, spec_dir: Path) -> list[str]:
-    """Each conv's kernel and bias as an .npz in `folder`, named by its content's digest (two
-    layers with the same weights share one); each file's path relative to `spec_dir`."""
+def _write_weights(model: Path, convs: list[dict], folder: Path, spec_dir: Path, sample: Path | None) -> list[str]:
+    """Each conv's kernel and bias (and its input on `sample`) as an .npz in `folder`, named by
+    its content's digest (two layers with the same ones share one); each file's path relative
+    to `spec_dir`."""
     import hashlib
     import io
     import os
@@ -261,16 +313,26 @@ def _write_weights(model: Path, convs: list[dict], folder: Path, spec_dir: Path)
     from pipeline.core.tools import write_bytes
     from pipeline.space import given
 
+    inputs = [None] * len(convs)
+    if sample is not None:
+        try:
+            values = np.load(sample)
+        except (OSError, ValueError) as err:
+            raise ConfigError("doit extract --input", str(sample), f"cannot be read as .npy: {err}") from None
+        inputs = SAMPLE_INPUTS[model.suffix.lower()](model, convs, values)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for (kernel, bias), conv in zip(WEIGHTS[model.suffix.lower()](model, convs), convs):
+    for (kernel, bias), conv, layer_input in zip(WEIGHTS[model.suffix.lower()](model, convs), convs, inputs):
         g = conv["geometry"]
         want = (g.c_out, g.c_in // g.groups, *g.kernel)
         if kernel.shape != want or bias.shape != (g.c_out,):
             raise ConfigError("doit extract --weights", conv["layer"],
                               f"kernel {list(kernel.shape)} and bias {list(bias.shape)} do not fit its geometry {want}")
+        if layer_input is not None and layer_input.shape != (g.batch, g.c_in, *g.spatial):
+            raise ConfigError("doit extract --input", conv["layer"],
+                              f"its input {list(layer_input.shape)} does not fit its geometry")
         buffer = io.BytesIO()
-        given.write(buffer, kernel, bias)
+        given.write(buffer, kernel, bias, layer_input)
         data = buffer.getvalue()
         path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.npz"
         write_bytes(path, data)

@@ -198,7 +198,10 @@ def _ensure_input(case: Case, model_dir: Path) -> None:
     if not (model_dir / INPUT).exists():
         from pipeline.space.data import make_input
 
-        save_npy(model_dir / INPUT, make_input(case))
+        model = model_dir / case.model_file
+        if case.flavor == "w8i8" and case.weights is not None and case.weights.has_input and not model.exists():
+            return  # quantized with the model's own input quantization: verify saves it
+        save_npy(model_dir / INPUT, make_input(case, model if model.exists() else None))
 
 
 def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:

@@ -5,7 +5,10 @@ The file holds `kernel` (c_out, c_in / groups, *kernel) and `bias` (c_out,), flo
 values the model computes with (an int8 model's dequantized: stored integer x its scale). A case
 built from them is keyed on the file's digest: its name ends `_w<first 12 hex digits>`, and the
 model stage's keys hold the whole digest, so a model's weights never share a store entry with
-random ones, nor with another file's. The input data stays the sweep's.
+random ones, nor with another file's. The input data stays the sweep's, unless the file also
+holds `input` (batch, c_in, *spatial), float64: the values the layer read when the model ran on
+a sample input (`doit extract --weights --input`); then the case runs on it
+(pipeline/space/data.py).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ class GivenWeights:
 
     path: str  # the .npz file, absolute
     digest: str  # sha256 of its bytes
+    has_input: bool = False  # it holds the layer's input on a sample too
 
     @property
     def suffix(self) -> str:
@@ -40,13 +44,24 @@ class GivenWeights:
         with np.load(self.path) as arrays:
             return arrays["kernel"].astype(np.float64), arrays["bias"].astype(np.float64)
 
+    def read_input(self):
+        """The layer's input on the sample, float64, channels first (batch, c_in, *spatial)."""
+        import numpy as np
 
-def write(file, kernel, bias) -> None:
-    """The layer's weights as an .npz `load` reads, to an open binary file (uncompressed: the same
-    arrays give the same bytes)."""
+        self.read()  # checks the digest
+        with np.load(self.path) as arrays:
+            return arrays["input"].astype(np.float64)
+
+
+def write(file, kernel, bias, sample_input=None) -> None:
+    """The layer's weights (and its input on a sample, channels first) as an .npz `load` reads,
+    to an open binary file (uncompressed: the same arrays give the same bytes)."""
     import numpy as np
 
-    np.savez(file, kernel=np.asarray(kernel, dtype=np.float64), bias=np.asarray(bias, dtype=np.float64))
+    arrays = {"kernel": np.asarray(kernel, dtype=np.float64), "bias": np.asarray(bias, dtype=np.float64)}
+    if sample_input is not None:
+        arrays["input"] = np.asarray(sample_input, dtype=np.float64)
+    np.savez(file, **arrays)
 
 
 def load(value, base: Path, geometry: Geometry, where: str) -> GivenWeights:
@@ -62,14 +77,16 @@ def load(value, base: Path, geometry: Geometry, where: str) -> GivenWeights:
         data = path.read_bytes()
         with np.load(path) as arrays:
             kernel, bias = arrays["kernel"], arrays["bias"]
+            sample = arrays["input"] if "input" in arrays.files else None
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(where, value, f"cannot be read as weights (.npz with kernel and bias): "
                           f"{type(err).__name__}: {str(err)[:120]}") from None
     g = geometry
-    want = {"kernel": (g.c_out, g.c_in // g.groups, *g.kernel), "bias": (g.c_out,)}
-    for name, array in (("kernel", kernel), ("bias", bias)):
+    want = {"kernel": (g.c_out, g.c_in // g.groups, *g.kernel), "bias": (g.c_out,),
+            "input": (g.batch, g.c_in, *g.spatial)}
+    for name, array in (("kernel", kernel), ("bias", bias), *((("input", sample),) if sample is not None else ())):
         if tuple(array.shape) != want[name]:
             raise ConfigError(f"{where} ({name})", list(array.shape), f"must have the geometry's shape {list(want[name])}")
         if not np.isfinite(array).all():
             raise ConfigError(f"{where} ({name})", value, "holds a value that is not finite")
-    return GivenWeights(str(path), hashlib.sha256(data).hexdigest())
+    return GivenWeights(str(path), hashlib.sha256(data).hexdigest(), sample is not None)
