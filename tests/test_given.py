@@ -99,6 +99,9 @@ def test_a_sample_input_in_the_file_is_the_case_s_input_in_its_layout_and_dtype(
     assert np.array_equal(calibration, np.moveaxis(sample, 1, -1).astype(np.float32))
     with pytest.raises(ValueError, match="input quantization"):
         make_input(cases["tflite_w8i8"])
+    int8 = make_input(cases["tflite_w8i8"], (0.02, -3))
+    assert int8.dtype == np.int8 and np.array_equal(
+        int8, np.clip(np.rint(np.moveaxis(sample, 1, -1).astype(np.float32) / 0.02) - 3, -128, 127).astype(np.int8))
     with open(tmp_path / "w.npz", "wb") as f:
         given.write(f, rng.uniform(-1, 1, (6, 4, 3, 3)), rng.uniform(-1, 1, 6), sample[:, :, :7])
     with pytest.raises(ConfigError) as err:

@@ -23,7 +23,8 @@ from pipeline.core.chain import MLIR, VMFB
 from pipeline.checks.compare import Comparison, compare, compare_channel_sums, write_check
 from pipeline.checks.reference import activate, clamp_inactive
 from pipeline.targets.compiler import PROFILE, check_vmfb, estimated_time
-from pipeline.space.data import make_input
+from pipeline.space.data import make_input, needs_quantization
+from pipeline.frontends.tflite_file import input_quantization
 from pipeline.space.refusal import INT32_MAX
 from pipeline.core.cuts import KnownCuts, known_cut
 from pipeline.core.errors import StageError
@@ -400,7 +401,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                                  perf=perf.record(case.geometry, vmfb, stages, _estimate(profile, case_dir)))
         result.write(case_dir)
         return result
-    x = make_input(case, model)
+    x = make_input(case, input_quantization(model) if needs_quantization(case) else None)
     save_npy(model_dir / INPUT, x)
     sig = _signature(target, vmfb, model_dir / MLIR, profile.function(case.backend), store, timeout,
                      case_dir / "run.log")

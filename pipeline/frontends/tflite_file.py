@@ -21,3 +21,10 @@ def tflite_ops(model: Path) -> tuple[object, list[tuple[str, object]]]:
         # a builtin code past 127 is in builtinCode; older files keep it in deprecatedBuiltinCode
         ops.append((names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "CUSTOM"), op))
     return graph, ops
+
+
+def input_quantization(model: Path) -> tuple[float, int]:
+    """A .tflite model's input (scale, zero point)."""
+    graph, _ = tflite_ops(model)
+    q = graph.tensors[graph.inputs[0]].quantization
+    return float(q.scale[0]), int(q.zeroPoint[0])

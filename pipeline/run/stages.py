@@ -196,12 +196,14 @@ def _ensure_input(case: Case, model_dir: Path) -> None:
     from pipeline.checks.verify import INPUT, save_npy
 
     if not (model_dir / INPUT).exists():
-        from pipeline.space.data import make_input
+        from pipeline.frontends.tflite_file import input_quantization
+        from pipeline.space.data import make_input, needs_quantization
 
         model = model_dir / case.model_file
-        if case.flavor == "w8i8" and case.weights is not None and case.weights.has_input and not model.exists():
-            return  # quantized with the model's own input quantization: verify saves it
-        save_npy(model_dir / INPUT, make_input(case, model if model.exists() else None))
+        if not needs_quantization(case):
+            save_npy(model_dir / INPUT, make_input(case))
+        elif model.exists():  # else verify saves it, quantized with the model's own input quantization
+            save_npy(model_dir / INPUT, make_input(case, input_quantization(model)))
 
 
 def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:

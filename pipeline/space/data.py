@@ -212,33 +212,33 @@ def extreme_range(case: Case) -> tuple[float, float]:
 def _sample(case: Case) -> np.ndarray | None:
     """The layer's input on a model's sample (pipeline/space/given.py), float32, in the case's
     layout; None where the case has none."""
-    if case.weights is None or not case.weights.has_input or case.data_from is not None:
+    if not _sample_given(case):
         return None
     x = case.weights.read_input().astype(np.float32)
     return np.moveaxis(x, 1, -1) if case.backend == "tflite" else x
 
 
-def input_quantization(model) -> tuple[float, int]:
-    """A .tflite model's input (scale, zero point), from its flatbuffer."""
-    from pipeline.frontends.tflite_file import tflite_ops
-
-    graph, _ = tflite_ops(model)
-    q = graph.tensors[graph.inputs[0]].quantization
-    return float(q.scale[0]), int(q.zeroPoint[0])
+def needs_quantization(case: Case) -> bool:
+    """Whether make_input needs the case's model's input quantization: a w8i8 case given a sample."""
+    return case.flavor == "w8i8" and _sample_given(case)
 
 
-def make_input(case: Case, model=None) -> np.ndarray:
+def _sample_given(case: Case) -> bool:
+    return case.weights is not None and case.weights.has_input and case.data_from is None
+
+
+def make_input(case: Case, quantization: tuple[float, int] | None = None) -> np.ndarray:
     """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8;
     adversarial: see the module docstring (a case keeping another's data: that input, cropped).
     A case given a model's sample input (pipeline/space/given.py) runs on that: for w8i8
-    quantized with the input quantization of its `model` (.tflite, which must then be given;
-    it was calibrated on the same sample), round half to even, clamped to int8."""
+    quantized with its built model's input (scale, zero point) `quantization` (the model was
+    calibrated on the same sample), round half to even, clamped to int8."""
     sample = _sample(case)
     if sample is not None:
         if case.flavor == "w8i8":
-            if model is None:
+            if quantization is None:
                 raise ValueError(f"{case.name}: a sample input is quantized with its model's input quantization")
-            scale, zero_point = input_quantization(model)
+            scale, zero_point = quantization
             return np.clip(np.rint(sample.astype(np.float64) / scale) + zero_point, -128, 127).astype(np.int8)
         if case.flavor == "bf16":
             import ml_dtypes
