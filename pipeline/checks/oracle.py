@@ -56,16 +56,10 @@ def _interpreter(model: Path, reference_kernels: bool):
 
 
 def _dequantize(interpreter, detail) -> tuple[np.ndarray, bool]:
-    value = interpreter.get_tensor(detail["index"]).astype(np.float64)
-    if detail["dtype"] in (np.int8, np.int32):
-        qp = detail["quantization_parameters"]
-        scales = np.asarray(qp["scales"], dtype=np.float64)
-        zero_points = np.asarray(qp["zero_points"], dtype=np.float64)
-        shape = [1] * value.ndim
-        shape[qp["quantized_dimension"]] = -1
-        value = (value - zero_points.reshape(shape)) * scales.reshape(shape)
-        return value, True
-    return value, False
+    """The tensor's values as the model computes with them, and whether it is stored as integers."""
+    from pipeline.frontends.tflite_file import dequantized
+
+    return dequantized(interpreter, detail), detail["dtype"] in (np.int8, np.int32)
 
 
 def model_ops(model: Path) -> list[dict]:
@@ -161,15 +155,12 @@ def onnx_weights(model: Path) -> ModelWeights:
     import onnx
     from onnx import numpy_helper
 
-    from pipeline.frontends.activations import onnx_activation
+    from pipeline.frontends.activations import onnx_activation, onnx_readers
 
     graph = onnx.load(str(model)).graph
     inits = {i.name: i for i in graph.initializer}
     conv = next(node for node in graph.node if node.op_type == "Conv")
-    readers: dict = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = onnx_readers(graph)
 
     def array(name):
         init = inits[name]

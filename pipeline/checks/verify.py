@@ -286,6 +286,12 @@ def _repro_check(case: Case, case_dir: Path, refs: dict, weights: oracle.ModelWe
                 float(np.max(within, initial=0.0)), tolerance.U_F32, input_arg)
 
 
+def case_input(case: Case, model: Path) -> np.ndarray:
+    """The case's input (pipeline/space/data.py); a w8i8 case given a model's sample input is
+    quantized with its built `model`'s own input quantization."""
+    return make_input(case, input_quantization(model) if needs_quantization(case) else None)
+
+
 def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[np.ndarray, bool]:
     """The input in the module's dtype, and whether the compiler converted the model's dtype."""
     want = sig.inputs[0]
@@ -401,7 +407,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                                  perf=perf.record(case.geometry, vmfb, stages, _estimate(profile, case_dir)))
         result.write(case_dir)
         return result
-    x = make_input(case, input_quantization(model) if needs_quantization(case) else None)
+    x = case_input(case, model)
     save_npy(model_dir / INPUT, x)
     sig = _signature(target, vmfb, model_dir / MLIR, profile.function(case.backend), store, timeout,
                      case_dir / "run.log")

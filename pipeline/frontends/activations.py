@@ -7,6 +7,15 @@ from __future__ import annotations
 TFLITE_ACTIVATIONS = {0: "none", 1: "relu", 3: "relu6"}  # ActivationFunctionType: NONE, RELU, RELU6
 
 
+def onnx_readers(graph) -> dict[str, list]:
+    """An ONNX graph's tensor name -> the nodes that read it."""
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
 def onnx_activation(node, readers: dict, constants: dict) -> str:
     """relu or relu6 where the conv's only reader is a Relu, or a Clip to [0, 6]; else none."""
     after = readers.get(node.output[0], [])

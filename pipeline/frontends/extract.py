@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import ConfigError
-from pipeline.frontends.activations import TFLITE_ACTIVATIONS, onnx_activation
-from pipeline.frontends.tflite_file import tflite_ops
+from pipeline.frontends.activations import TFLITE_ACTIVATIONS, onnx_activation, onnx_readers
+from pipeline.frontends.tflite_file import dequantized, tflite_ops
 from pipeline.space.geometry import ACTIVATIONS, Geometry, same_padding
 
 TFLITE_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
@@ -75,19 +75,6 @@ def tflite_convs(model: Path) -> tuple[list[dict], list[dict]]:
     return convs, skipped
 
 
-def _dequantized(interpreter, detail) -> np.ndarray:
-    """A constant tensor's values as the model computes with them, float64: an int8 or int32
-    one dequantized per its quantized dimension ((q - zp) x scale, exact in float64)."""
-    value = interpreter.get_tensor(detail["index"]).astype(np.float64)
-    qp = detail["quantization_parameters"]
-    if detail["dtype"] in (np.int8, np.int32) and len(qp["scales"]):
-        shape = [1] * value.ndim
-        shape[qp["quantized_dimension"]] = -1
-        scales = np.asarray(qp["scales"], dtype=np.float32).astype(np.float64).reshape(shape)
-        value = (value - np.asarray(qp["zero_points"], dtype=np.float64).reshape(shape)) * scales
-    return value
-
-
 def tflite_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each conv's (kernel (O, I / groups, KH, KW), bias (O,)) from the file's constant tensors."""
     from ai_edge_litert.interpreter import Interpreter
@@ -98,12 +85,12 @@ def tflite_weights(model: Path, convs: list[dict]) -> list[tuple[np.ndarray, np.
     for conv in convs:
         w, b = conv["tensors"]
         try:
-            kernel = _dequantized(interpreter, details[w])
+            kernel = dequantized(interpreter, details[w])
         except ValueError as err:
             raise ConfigError("doit extract --weights", conv["layer"], f"has no constant filter in the file ({err})")
         # CONV_2D's filter is (O, KH, KW, I / groups), DEPTHWISE_CONV_2D's (1, KH, KW, C x M)
         kernel = kernel.transpose(0, 3, 1, 2) if conv["op"] == "CONV_2D" else kernel.transpose(3, 0, 1, 2)
-        bias = _dequantized(interpreter, details[b]).reshape(-1) if b >= 0 else np.zeros(kernel.shape[0])
+        bias = dequantized(interpreter, details[b]).reshape(-1) if b >= 0 else np.zeros(kernel.shape[0])
         out.append((kernel, bias))
     return out
 
@@ -155,10 +142,7 @@ def onnx_convs(model: Path) -> tuple[list[dict], list[dict]]:
             value = numpy_helper.to_array(_attributes(node)["value"])
             if value.size == 1:
                 constants[node.output[0]] = value.reshape(())
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = onnx_readers(graph)
     convs, skipped = [], []
     for node in graph.node:
         layer = node.name or node.output[0]
@@ -214,7 +198,7 @@ def tflite_inputs(model: Path, convs: list[dict], sample: np.ndarray) -> list[np
     interpreter.set_tensor(detail["index"], sample.astype(detail["dtype"]))
     interpreter.invoke()
     details = {d["index"]: d for d in interpreter.get_tensor_details()}
-    return [np.moveaxis(_dequantized(interpreter, details[conv["input"]]), -1, 1) for conv in convs]
+    return [np.moveaxis(dequantized(interpreter, details[conv["input"]]), -1, 1) for conv in convs]
 
 
 def onnx_inputs(model: Path, convs: list[dict], sample: np.ndarray) -> list[np.ndarray]:

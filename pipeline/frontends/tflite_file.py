@@ -28,3 +28,19 @@ def input_quantization(model: Path) -> tuple[float, int]:
     graph, _ = tflite_ops(model)
     q = graph.tensors[graph.inputs[0]].quantization
     return float(q.scale[0]), int(q.zeroPoint[0])
+
+
+def dequantized(interpreter, detail):
+    """A tensor's values as the model computes with them, float64: an int8 or int32 one with
+    quantization parameters dequantized per its quantized dimension ((q - zp) x scale, exact in
+    float64). Used by the oracle and by `doit extract --weights`."""
+    import numpy as np
+
+    value = interpreter.get_tensor(detail["index"]).astype(np.float64)
+    qp = detail["quantization_parameters"]
+    if detail["dtype"] in (np.int8, np.int32) and len(qp["scales"]):
+        shape = [1] * value.ndim
+        shape[qp["quantized_dimension"]] = -1
+        scales = np.asarray(qp["scales"], dtype=np.float64).reshape(shape)
+        value = (value - np.asarray(qp["zero_points"], dtype=np.float64).reshape(shape)) * scales
+    return value

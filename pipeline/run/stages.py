@@ -193,17 +193,14 @@ def _observed(case: Case, cfg: Config, stage: str):
 
 def _ensure_input(case: Case, model_dir: Path) -> None:
     """The case's input, saved before anything runs, so that repro.sh has it at every stage."""
-    from pipeline.checks.verify import INPUT, save_npy
+    from pipeline.checks.verify import INPUT, case_input, save_npy
 
     if not (model_dir / INPUT).exists():
-        from pipeline.frontends.tflite_file import input_quantization
-        from pipeline.space.data import make_input, needs_quantization
+        from pipeline.space.data import needs_quantization
 
         model = model_dir / case.model_file
-        if not needs_quantization(case):
-            save_npy(model_dir / INPUT, make_input(case))
-        elif model.exists():  # else verify saves it, quantized with the model's own input quantization
-            save_npy(model_dir / INPUT, make_input(case, input_quantization(model)))
+        if model.exists() or not needs_quantization(case):  # else verify saves it, once the model is built
+            save_npy(model_dir / INPUT, case_input(case, model))
 
 
 def record_error(cases: list[Case], cfg: Config, stage: str, reason: str) -> str | None:
