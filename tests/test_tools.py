@@ -159,3 +159,39 @@ def test_launch_problem_says_why_a_launcher_cannot_start_a_tool():
     refusing = ("sh", "-c", "echo 'not permitted' >&2; exit 1")  # as setarch where seccomp forbids it
     assert launch_problem(refusing).endswith("` fails here: not permitted")
     assert launch_problem(("sh", "-c", "exit 4")) == "`sh -c 'exit 4'` fails here: exit status 4"
+
+
+# torq-compile 2.3.0 aborting on an ONNX conv followed by Clip (verbatim but the toolchain folder and
+# the stack's middle frames): the reason is the assertion, without its source location, not a stack frame
+ABORT = """torq-compile: iree/third_party/llvm-project/llvm/include/llvm/Support/Casting.h:656: decltype(auto) \
+llvm::dyn_cast(From *) [To = mlir::arith::ConstantOp, From = mlir::Operation]: Assertion \
+`detail::isPresent(Val) && "dyn_cast on a non-existent value"' failed.
+Please report issues to https://github.com/iree-org/iree/issues and include the crash backtrace.
+Stack dump:
+0.\tProgram arguments: /t/wheels/torq/_compiler_libs/torq-compile ../model.mlir -o m.vmfb
+ #0 0x00007fffee239948 llvm::sys::PrintStackTrace(llvm::raw_ostream&, int) (/t/libIREECompiler.so+0x7439948)
+#67 0x00007ffff7fb9fa5 (/t/wheels/torq/_compiler_libs/torq-compile+0x1fa5)
+"""
+
+
+def _reason_of(tmp_path, stderr: str, crash: str = "ABRT") -> str:
+    (tmp_path / "err.txt").write_text(stderr)
+    with pytest.raises(StageError) as err:
+        run_tool(["sh", "-c", f"cat {tmp_path / 'err.txt'} >&2; kill -{crash} $$"], stage="compile", timeout=10,
+                 log=tmp_path / "t.log")
+    return err.value.reason
+
+
+def test_a_crash_is_named_by_its_assertion_not_by_its_stack(tmp_path):
+    assert _reason_of(tmp_path, ABORT) == (
+        "sh killed by signal SIGABRT: decltype(auto) llvm::dyn_cast(From *) [To = mlir::arith::ConstantOp, "
+        "From = mlir::Operation]: Assertion `detail::isPresent(Val) && \"dyn_cast on a non-existent value\"' failed.")
+    # a diagnostic printed before the crash says more than the assertion it led to
+    assert _reason_of(tmp_path, "Error: mismatching iterations in DEDR and CEDW\n  DEDR: 1\n" + ABORT) == \
+        "sh killed by signal SIGABRT: Error: mismatching iterations in DEDR and CEDW"
+    # LLVM's unreachable, with its message (the line before it)
+    assert _reason_of(tmp_path, "unexpected element type\nUNREACHABLE executed at /src/Lower.cpp:88!\n"
+                      "Stack dump:\n #0 0x1 f (/t/lib.so+0x1)\n") == \
+        "sh killed by signal SIGABRT: unexpected element type: UNREACHABLE executed"
+    # no words of its own before the stack: the signal alone, never a stack frame
+    assert _reason_of(tmp_path, "Stack dump:\n #0 0x1 f (/t/lib.so+0x1)\n", "SEGV") == "sh killed by signal SIGSEGV"

@@ -134,16 +134,30 @@ def describe_exit(returncode: int) -> str:
 
 # an IREE runtime status: `<source>:<line>: <CODE>; <message>; <context>...`
 _IREE_STATUS = re.compile(r"^\S+:\d+: [A-Z_]+; ")
+# a crash's own words, without where in the tool's source it was raised: a failed assertion
+# (`<tool>: <file>:<line>: <function>: Assertion `<expr>' failed.`), or LLVM's unreachable, whose
+# message is the line before its `UNREACHABLE executed at <file>:<line>!`
+_ASSERTION = re.compile(r"^(?:\S+: )?\S+:\d+: (.*\bAssertion\b.*\bfailed\.?)$")
+# where a crashing LLVM-based tool's own words end and its stack dump (or the request to
+# report it) begins
+_CRASH_TAIL = re.compile(r"^(?:Stack dump:|PLEASE submit a bug report|Please report issues to)")
 
 
 def _diagnostic(text: str) -> str:
     """The line that says what went wrong: the first "error:" line (a compiler diagnostic),
-    else the first IREE status line (a run tool's failure: its code and message, where the
-    last line is only the call stack's), else the last line."""
+    else a crash's failed assertion or unreachable (without its source location), else the
+    first IREE status line (a run tool's failure: its code and message, where the last line is
+    only the call stack's), else the last line before a crash's stack dump."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if "error:" in line.lower()] or \
-        [line for line in lines if _IREE_STATUS.match(line)][:1]
-    return (errors or lines or [""])[0 if errors else -1][:300]
+    tail = next((i for i, line in enumerate(lines) if _CRASH_TAIL.match(line)), len(lines))
+    lines = lines[:tail]
+    errors = [line for line in lines if "error:" in line.lower()]
+    crashes = [m.group(1) for m in map(_ASSERTION.match, lines) if m] + \
+        [": ".join([*lines[i - 1:i], "UNREACHABLE executed"]) for i, line in enumerate(lines)
+         if line.startswith("UNREACHABLE executed")]
+    status = [line for line in lines if _IREE_STATUS.match(line)]
+    found = errors or crashes or status
+    return (found[0] if found else (lines or [""])[-1])[:300]
 
 
 def run_tool(argv: list[str], *, stage: str, timeout: float, log: Path, env: dict | None = None,
