@@ -68,8 +68,20 @@ def slug(bucket: str) -> str:
     return f"{words}-{hashlib.sha256(bucket.encode()).hexdigest()[:8]}"
 
 
+# a crash's failed assertion, as pipeline/core/tools.py (_diagnostic) quotes it, and the name of the
+# function in its signature (`LogicalResult ns::Pattern<T>::transform(A, B &) const [T = ...]`)
+_ASSERTION = re.compile(r"^(.*?killed by signal \w+): (.*): Assertion `(.*)' failed\.?$")
+_FUNCTION = re.compile(r"((?:[\w~]+(?:<[^()]*>)?::)*[\w~]+)\([^()]*\)(?: const)?(?: \[.*\])?$")
+
+
 def _plain(bucket: str) -> str:
-    """The bucket's words without its placeholders and the exit-status boilerplate."""
+    """The bucket's words without its placeholders and the exit-status boilerplate; a failed
+    assertion as the function it failed in and its expression."""
+    crash = _ASSERTION.match(bucket)
+    if crash:
+        function = _FUNCTION.search(crash.group(2))
+        bucket = f"{crash.group(1)}: assertion failed in {function.group(1) if function else crash.group(2)}: " \
+            f"{crash.group(3)}"
     text = re.sub(r"(<tool>\s*)?exit status <n>:\s*|<tool>\s*|<loc>:\s*", "", bucket)
     text = re.sub(r"(<(path|unknown|hex)>(:<n>)*:?\s*)+", "", text)
     text = re.sub(r"\(\s*\)|#<n>|\berror:\s*", "", text).replace("<n>", "N")
