@@ -121,9 +121,10 @@ def test_the_table_prints_the_median_of_the_cold_pairs(pairs, median):
 
 def test_hunt_figures_count_root_causes_and_known_share_per_cpu_hour_of_search():
     summary = {"geometries": 3, "cases": 10, "in_known_buckets": {"cases": 4, "of": 10, "share": 0.4},
-               "cpu_seconds": 1800.0, "new_buckets": [{"bucket": "a"}, {"bucket": "b"}, {"bucket": "c"}],
+               "cpu_seconds": 1800.0, "new_buckets": [{"bucket": "a", "found_at_s": 12.5}, {"bucket": "b", "found_at_s": 40.0}, {"bucket": "c"}],
                "new_root_causes": [{"buckets": ["a", "b"]}, {"buckets": ["c"]}], "bugreports": {"a": "r"}}
     figures = benchmark.hunt_figures(summary)
     assert figures["new buckets per CPU-hour"] == 6.0 and figures["new root causes per CPU-hour"] == 4.0
     assert figures["in_known_buckets"]["share"] == 0.4 and figures["bugreports"] == 1
+    assert figures["found_at_s"] == [12.5, 40.0, None]  # a summary from before it was recorded has none
     assert benchmark.hunt_figures(None)["new root causes per CPU-hour"] == 0.0  # a hunt that wrote no summary

@@ -169,6 +169,9 @@ def test_the_hidden_bug_is_found_shrunk_and_reported(hunted):
     assert all(e["elapsed"] >= max(c["elapsed"] for c in journal) for e in written)
     in_bucket = [Geometry.from_dict(e["geometry"]) for e in journal if e["bucket"] == bucket]
     assert len(in_bucket) == new[bucket]["cases"] and all(hidden(g) for g in in_bucket)
+    # when it was found: the hunt's seconds at which its first case finished
+    first = next(e for e in journal if e["case"] == new[bucket]["first_case"])
+    assert new[bucket]["found_at_s"] == first["elapsed"] == min(e["elapsed"] for e in journal if e["bucket"] == bucket)
     # shrunk from the bucket's smallest case: no larger than any of its cases, still within the rule,
     # and smaller than where it started unless that was one MAC already
     report = next(p for p in (tmp_path / "build" / "hunt" / "bugreports" / "llvm-cpu").glob("*/report.md")

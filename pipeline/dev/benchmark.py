@@ -317,6 +317,7 @@ def hunt_figures(summary: dict | None) -> dict:
     return {"geometries": summary["geometries"], "cases": summary["cases"],
             "in_known_buckets": summary["in_known_buckets"], "cpu_seconds": summary["cpu_seconds"],
             "new_buckets": [b["bucket"] for b in buckets], "new_root_causes": causes,
+            "found_at_s": [b.get("found_at_s") for b in buckets],
             "bugreports": len(summary.get("bugreports", {})),
             "new buckets per CPU-hour": round(len(buckets) / hours, 2) if hours else 0.0,
             "new root causes per CPU-hour": round(len(causes) / hours, 2) if hours else 0.0}
@@ -380,7 +381,8 @@ def table(figures: dict) -> str:
                          f"buckets, {len(r['new_root_causes'])} new root causes in {r['cpu_seconds'] / 3600:.2f} CPU-hours "
                          f"of search: {r['new root causes per CPU-hour']:.2f} root causes per CPU-hour; "
                          f"{r['bugreports']} bug reports (exit {r['returncode']})")
-            lines += [f"    {b[:150]}" for b in r["new_buckets"]]
+            lines += [f"    {b[:150]}" + (f" (first found at {at:.0f} s)" if at is not None else "")
+                      for b, at in zip(r["new_buckets"], r.get("found_at_s") or [None] * len(r["new_buckets"]))]
     for name, r in figures.get("torq", {}).items():
         if name == "false cuts":
             lines.append(f"false cuts (cut at a predicted limit, ended by itself under the fixed one): {len(r)} {r[:5]}")

@@ -250,6 +250,7 @@ class Found:
     first: str
     cases: list  # case names
     geometries: list  # their geometries
+    at: float = 0.0  # the hunt's seconds (over its resumes) when its first case finished
 
 
 class KnownMap:
@@ -357,7 +358,8 @@ class Hunt:
             return
         found = self.found.get((entry["target"], bucket))
         if found is None:
-            found = self.found[(entry["target"], bucket)] = Found(entry["target"], bucket, entry["case"], [], [])
+            found = self.found[(entry["target"], bucket)] = Found(entry["target"], bucket, entry["case"], [], [],
+                                                                  float(entry.get("elapsed", 0.0)))
             if not quiet:
                 self.log(f"hunt: NEW bucket on {entry['target']} ({len(self.found)} so far): {bucket}\n"
                          f"      first case: {entry['case']}")
@@ -543,8 +545,8 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         "known_buckets": len(state.known),
         "in_known_buckets": state.in_known(),
         "new_root_causes": new_root_causes(list(zip(hunt_cases, entries)), state.found),
-        "new_buckets": [{"target": f.target, "bucket": f.bucket, "first_case": f.first, "cases": len(f.cases),
-                         "examples": f.cases[:5]} for f in state.found.values()],
+        "new_buckets": [{"target": f.target, "bucket": f.bucket, "first_case": f.first, "found_at_s": f.at,
+                         "cases": len(f.cases), "examples": f.cases[:5]} for f in state.found.values()],
         "bugreports": reports,
         "frontend_failures": [{"case": c, "bucket": b} for c, b in sorted(state.frontend.items())],
         "spec": str(folder / SPEC), "found": str(folder / FOUND),
