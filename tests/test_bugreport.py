@@ -105,17 +105,22 @@ def test_slug_is_a_short_folder_name_unique_per_bucket():
 def test_title_drops_placeholders_and_boilerplate():
     assert title(BUCKET, "torq") == "[torq] compile: 'linalg.generic' op unsupported in function body"
     assert title("compile: <tool> killed by signal SIGABRT", "torq") == "[torq] compile: killed by signal SIGABRT"
-    # a failed assertion (as torq-compile 2.3.0's, listed in torq.json): the function it failed in, and its expression
+    # a failed assertion (as torq-compile 2.3.0's, listed in torq.json): the function it failed in, without
+    # namespaces, and its expression as printed (numbers abstracted)
     assert title("compile: <tool> killed by signal SIGABRT: int _proc_mem_ndl_cmd(torq_wrap_t *, uint32_t, int, "
                  "torq_ndl_cmd_t *, uint32_t, uint32_t, uint32_t *): Assertion `kernel_top_odd >= <n> && "
                  "kernel_bottom_odd >= <n>' failed.", "torq") == \
-        "[torq] compile: killed by signal SIGABRT: assertion failed in _proc_mem_ndl_cmd: kernel_top_odd >= N && " \
-        "kernel_bottom_odd >= N"
-    assert title("compile: <tool> killed by signal SIGABRT: LogicalResult mlir::syna::torq::OpPattern<mlir::syna::"
-                 "torq_hl::Conv2DOp>::transform(torq_hl::Conv2DOp, PatternRewriter &) const [HlOp = mlir::syna::torq_hl"
-                 "::Conv2DOp]: Assertion `stride <= <n> && \"stride must be less than or equal to <n>\"' failed.",
-                 "torq").startswith("[torq] compile: killed by signal SIGABRT: assertion failed in mlir::syna::torq::"
-                                    "OpPattern<mlir::syna::torq_hl::Conv2DOp>::transform: stride <= N && ")
+        "[torq] compile: assertion failed in _proc_mem_ndl_cmd: kernel_top_odd >= N && kernel_bottom_odd >= N"
+    transform = ("compile: <tool> killed by signal SIGABRT: LogicalResult mlir::syna::torq::OpPattern<mlir::syna::"
+                 "torq_hl::Conv2DOp>::transform(torq_hl::Conv2DOp, PatternRewriter &) const [HlOp = mlir::syna::"
+                 "torq_hl::Conv2DOp]: Assertion `stride <= <n> && \"stride must be less than or equal to <n>\"' failed.")
+    assert title(transform, "torq") == ('[torq] compile: assertion failed in OpPattern<Conv2DOp>::transform: '
+                                        'stride <= N && "stride must be less than or equal to N"')
+    assert slug(transform).startswith("compile-assertion-failed-in-oppattern-conv2dop-transform-stride-")
+    transpose = ("compile: <tool> killed by signal SIGABRT: RankedTensorType mlir::syna::torq::transposeType(Type, "
+                 "const SmallVector<int64_t> &): Assertion `inputType.getRank() == permutation.size()' failed.")
+    assert title(transpose, "torq") == \
+        "[torq] compile: assertion failed in transposeType: inputType.getRank() == permutation.size()"
     assert title("run: timeout", "torq") == "[torq] run: timeout"
 
 

@@ -70,18 +70,19 @@ def slug(bucket: str) -> str:
 
 # a crash's failed assertion, as pipeline/core/tools.py (_diagnostic) quotes it, and the name of the
 # function in its signature (`LogicalResult ns::Pattern<T>::transform(A, B &) const [T = ...]`)
-_ASSERTION = re.compile(r"^(.*?killed by signal \w+): (.*): Assertion `(.*)' failed\.?$")
+_ASSERTION = re.compile(r"^(.*?): .*?killed by signal \w+: (.*): Assertion `(.*)' failed\.?$")
 _FUNCTION = re.compile(r"((?:[\w~]+(?:<[^()]*>)?::)*[\w~]+)\([^()]*\)(?: const)?(?: \[.*\])?$")
 
 
 def _plain(bucket: str) -> str:
     """The bucket's words without its placeholders and the exit-status boilerplate; a failed
-    assertion as the function it failed in and its expression."""
+    assertion as the function it failed in (without namespaces) and its expression as printed."""
     crash = _ASSERTION.match(bucket)
     if crash:
-        function = _FUNCTION.search(crash.group(2))
-        bucket = f"{crash.group(1)}: assertion failed in {function.group(1) if function else crash.group(2)}: " \
-            f"{crash.group(3)}"
+        stage, signature, expression = crash.groups()
+        function = _FUNCTION.search(signature)
+        name = re.sub(r"\b[a-z_][a-z0-9_]*::", "", function.group(1)) if function else signature
+        return f"{stage}: assertion failed in {name}: {expression.replace('<n>', 'N')}"
     text = re.sub(r"(<tool>\s*)?exit status <n>:\s*|<tool>\s*|<loc>:\s*", "", bucket)
     text = re.sub(r"(<(path|unknown|hex)>(:<n>)*:?\s*)+", "", text)
     text = re.sub(r"\(\s*\)|#<n>|\berror:\s*", "", text).replace("<n>", "N")
