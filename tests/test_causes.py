@@ -15,7 +15,18 @@ def test_a_geometry_failing_in_two_buckets_at_one_stage_joins_them():
                          ("compile: a", _entry("f32", 8, "compile")), ("compile: c", _entry("f32", 16, "compile"))])
     assert [c["buckets"] for c in found] == [["compile: a", "compile: b"], ["compile: c"]]
     assert found[0]["flavors"] == ["onnx_bf16", "onnx_f32"] and found[0]["count"] == 3 and found[0]["geometries"] == 2
-    assert found[0]["joined_by"] == ["a geometry fails in both at compile"] and found[1]["joined_by"] == []
+    assert found[0]["joined_by"] == ["mostly the same geometries fail in both at compile"] and found[1]["joined_by"] == []
+
+
+def test_buckets_that_only_touch_are_not_one_cause_nor_chained_into_one():
+    # a: geometries 1-4, b: 4-7, c: 7-10 (one geometry shared with each neighbour, of four each); d: 2-3, all in a
+    failing = [(b, _entry(flavor, g, "compile")) for b, flavor, gs in
+               (("compile: a", "f32", range(1, 5)), ("compile: b", "bf16", range(4, 8)),
+                ("compile: c", "f32", range(7, 11)), ("compile: d", "bf16", range(2, 4))) for g in gs]
+    found = root_causes(failing)
+    assert sorted(c["buckets"] for c in found) == [["compile: a", "compile: d"], ["compile: b"], ["compile: c"]]
+    # two of four shared is half of the smaller: one cause
+    assert len(root_causes(failing[:4] + [("compile: e", _entry("bf16", g, "compile")) for g in (3, 4, 20, 21)])) == 1
 
 
 def test_the_same_geometry_at_another_stage_is_not_one_cause():

@@ -4,7 +4,11 @@ One compiler bug often shows as several buckets: the same geometry fails in two 
 two messages (a non-finite output in f32 and in bf16), or one wrong lowering gives different
 error texts per frontend. Two buckets are one root cause when
 
-- a geometry fails in both at the same stage (in different flavors: a case is in one bucket),
+- they fail at the same stage on mostly the same geometries: the geometries failing in both
+  are at least half of those of the smaller bucket (in different flavors: a case is in one
+  bucket). One bug shows on the same geometries in each flavor it reaches; two bugs that only
+  touch (a geometry each frontend fails on for its own reason) are not one, nor chained
+  through such a geometry into one;
   or
 - both are wrong answers (verify) that the same mis-lowering explains
   (pipeline/checks/explain.py: the `explanation` of their cases, "none matched" aside);
@@ -25,20 +29,27 @@ def _geometry_key(entry: dict) -> str:
     return json.dumps(entry.get("geometry") or {}, sort_keys=True)
 
 
+SHARED = 0.5  # of the smaller bucket's geometries (at the stage), failing in the other too, to join them
+
+
 def _links(failing: list[tuple[str, dict]]) -> list[tuple[str, str, str]]:
-    """(bucket, bucket, why) for every pair of buckets joined by a shared geometry at one stage,
-    or by one explanation."""
+    """(bucket, bucket, why) for every pair of buckets joined by mostly shared geometries at
+    one stage, or by one explanation."""
     links = []
-    by_geometry: dict[tuple, set[str]] = defaultdict(set)
+    geometries: dict[tuple[str, str], set[str]] = defaultdict(set)  # (stage, bucket) -> its geometries
     by_explanation: dict[str, set[str]] = defaultdict(set)
     for bucket, entry in failing:
-        by_geometry[(_geometry_key(entry), entry.get("stage"))].add(bucket)
+        geometries[(str(entry.get("stage")), bucket)].add(_geometry_key(entry))
         explanation = entry.get("explanation")
         if entry.get("stage") == "verify" and explanation and explanation != NONE_MATCHED:
             by_explanation[explanation].add(bucket)
-    for (_, stage), found in by_geometry.items():
-        first, *rest = sorted(found)
-        links += [(first, other, f"a geometry fails in both at {stage}") for other in rest]
+    keys = sorted(geometries)
+    for i, (stage, a) in enumerate(keys):
+        for other_stage, b in keys[i + 1:]:
+            shared = len(geometries[(stage, a)] & geometries[(other_stage, b)])
+            smaller = min(len(geometries[(stage, a)]), len(geometries[(other_stage, b)]))
+            if other_stage == stage and shared and shared >= SHARED * smaller:
+                links.append((a, b, f"mostly the same geometries fail in both at {stage}"))
     for explanation, found in by_explanation.items():
         first, *rest = sorted(found)
         links += [(first, other, f"the same wrong answer: {explanation}") for other in rest]
