@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import combinations
 
 NONE_MATCHED = "none matched"
 
@@ -36,19 +37,17 @@ def _links(failing: list[tuple[str, dict]]) -> list[tuple[str, str, str]]:
     """(bucket, bucket, why) for every pair of buckets joined by mostly shared geometries at
     one stage, or by one explanation."""
     links = []
-    geometries: dict[tuple[str, str], set[str]] = defaultdict(set)  # (stage, bucket) -> its geometries
+    geometries: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # stage -> bucket -> geometries
     by_explanation: dict[str, set[str]] = defaultdict(set)
     for bucket, entry in failing:
-        geometries[(str(entry.get("stage")), bucket)].add(_geometry_key(entry))
+        geometries[str(entry.get("stage"))][bucket].add(_geometry_key(entry))
         explanation = entry.get("explanation")
         if entry.get("stage") == "verify" and explanation and explanation != NONE_MATCHED:
             by_explanation[explanation].add(bucket)
-    keys = sorted(geometries)
-    for i, (stage, a) in enumerate(keys):
-        for other_stage, b in keys[i + 1:]:
-            shared = len(geometries[(stage, a)] & geometries[(other_stage, b)])
-            smaller = min(len(geometries[(stage, a)]), len(geometries[(other_stage, b)]))
-            if other_stage == stage and shared and shared >= SHARED * smaller:
+    for stage, buckets in geometries.items():
+        for a, b in combinations(sorted(buckets), 2):
+            shared = len(buckets[a] & buckets[b])
+            if shared and shared >= SHARED * min(len(buckets[a]), len(buckets[b])):
                 links.append((a, b, f"mostly the same geometries fail in both at {stage}"))
     for explanation, found in by_explanation.items():
         first, *rest = sorted(found)
