@@ -24,6 +24,7 @@ import numpy as np
 from pipeline.core.errors import ConfigError
 from pipeline.frontends.activations import TFLITE_ACTIVATIONS, onnx_activation, onnx_readers
 from pipeline.frontends.tflite_file import dequantized, tflite_ops
+from pipeline.space.data import quantize_int8
 from pipeline.space.geometry import ACTIVATIONS, Geometry, same_padding
 
 TFLITE_CONVS = ("CONV_2D", "DEPTHWISE_CONV_2D")
@@ -193,8 +194,7 @@ def tflite_inputs(model: Path, convs: list[dict], sample: np.ndarray) -> list[np
     if tuple(sample.shape) != tuple(detail["shape"]):
         raise ConfigError("doit extract --input", list(sample.shape), f"must be the model's input shape {list(detail['shape'])}")
     if detail["dtype"] == np.int8 and sample.dtype != np.int8:
-        scale, zero_point = detail["quantization"]
-        sample = np.clip(np.rint(sample / scale) + zero_point, -128, 127)
+        sample = quantize_int8(sample, *detail["quantization"])
     interpreter.set_tensor(detail["index"], sample.astype(detail["dtype"]))
     interpreter.invoke()
     details = {d["index"]: d for d in interpreter.get_tensor_details()}

@@ -227,6 +227,12 @@ def _sample_given(case: Case) -> bool:
     return case.weights is not None and case.weights.has_input and case.data_from is None
 
 
+def quantize_int8(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """Float values as an int8 tensor with this (scale, zero point) holds them: round half to
+    even, clamped to int8."""
+    return np.clip(np.rint(values / scale) + zero_point, -128, 127).astype(np.int8)
+
+
 def make_input(case: Case, quantization: tuple[float, int] | None = None) -> np.ndarray:
     """The case's input: U(-1, 1) floats, bf16-rounded for bf16, the full int8 range for w8i8;
     adversarial: see the module docstring (a case keeping another's data: that input, cropped).
@@ -238,8 +244,7 @@ def make_input(case: Case, quantization: tuple[float, int] | None = None) -> np.
         if case.flavor == "w8i8":
             if quantization is None:
                 raise ValueError(f"{case.name}: a sample input is quantized with its model's input quantization")
-            scale, zero_point = quantization
-            return np.clip(np.rint(sample.astype(np.float64) / scale) + zero_point, -128, 127).astype(np.int8)
+            return quantize_int8(sample.astype(np.float64), *quantization)
         if case.flavor == "bf16":
             import ml_dtypes
 

@@ -38,19 +38,26 @@ class GivenWeights:
         """(kernel, bias), float64; the file must still be the one the case was named for."""
         import numpy as np
 
-        data = Path(self.path).read_bytes()
-        if hashlib.sha256(data).hexdigest() != self.digest:
-            raise ConfigError("weights", self.path, "changed since the sweep read it (its digest differs)")
-        with np.load(self.path) as arrays:
+        with self._arrays() as arrays:
             return arrays["kernel"].astype(np.float64), arrays["bias"].astype(np.float64)
 
     def read_input(self):
         """The layer's input on the sample, float64, channels first (batch, c_in, *spatial)."""
         import numpy as np
 
-        self.read()  # checks the digest
-        with np.load(self.path) as arrays:
+        with self._arrays() as arrays:
             return arrays["input"].astype(np.float64)
+
+    def _arrays(self):
+        """The file's arrays (np.load), once its bytes are checked against the digest."""
+        import io
+
+        import numpy as np
+
+        data = Path(self.path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != self.digest:
+            raise ConfigError("weights", self.path, "changed since the sweep read it (its digest differs)")
+        return np.load(io.BytesIO(data))
 
 
 def write(file, kernel, bias, sample_input=None) -> None:
