@@ -170,6 +170,12 @@ class _Predicate:
     (Geometry(1, (40,), (5,), (3,), 7, 9, "valid", dilation=(4,), batch=3),
      lambda g: g.window[0] >= 9 and g.batch >= 2,
      Geometry(1, (9,), (3,), (1,), 1, 1, "valid", dilation=(4,), batch=2)),
+    # a failure in a window of values (torq's DEDR/CEDW abort: depthwise at 4 to 8 channels and
+    # from 25 up, not at 2, 3 or 16): the ladder below 50 finds the window's bottom, 4, where
+    # bisecting down from 50 would stop above 16
+    (Geometry(1, (1,), (1,), (1,), 50, 50, "valid", groups=50),
+     lambda g: g.depthwise and (4 <= g.c_in <= 8 or g.c_in >= 25),
+     Geometry(1, (1,), (1,), (1,), 4, 4, "valid", groups=4)),
 ])
 def test_search_moves_along_every_dimension(start, rule, expected):
     found = search(_Predicate(rule), start)

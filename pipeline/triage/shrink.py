@@ -304,19 +304,7 @@ def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
         current, low = value(best, dim), minimum(best, dim)
         if current <= low:
             continue
-        if shrinker.fails(with_value(best, dim, low)):
-            found = low
-        elif not shrinker.fails(with_value(best, dim, current - 1)):
-            found = current  # already minimal along this dimension (the usual case in later passes)
-        else:
-            good, bad = current - 1, low  # fails at good, does not at bad
-            while good - bad > 1:
-                mid = (good + bad) // 2
-                if shrinker.fails(with_value(best, dim, mid)):
-                    good = mid
-                else:
-                    bad = mid
-            found = good
+        found = low if shrinker.fails(with_value(best, dim, low)) else _lowest(shrinker, best, dim, low, current)
         for g in {with_value(best, dim, v) for v in range(low, current)} & set(shrinker.seen):
             if g != with_value(best, dim, found):
                 shrinker.discard(g, {start})
@@ -324,6 +312,38 @@ def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
             _move(shrinker, with_value(best, dim, found), start)
             changed = True
     return changed
+
+
+def ladder(low: int, high: int) -> list[int]:
+    """The values strictly between `low` and `high` tried from the bottom up before bisecting:
+    2, 3 and 4, then the powers of two."""
+    return sorted({v for v in (2, 3, 4) if low < v < high} | {1 << k for k in range(high.bit_length())
+                                                              if low < 1 << k < high})
+
+
+def _lowest(shrinker: Shrinker, best: Geometry, dim: str, low: int, current: int) -> int:
+    """The smallest value of `dim` that still fails, knowing it fails at `current` and not at
+    `low`. The ladder goes first: a failure that holds only in a window of values (an abort at 4
+    and 8 channels, not at 3 or 16) is found at the window's bottom, where bisecting down from
+    `current` stops at the first passing value it meets. Between the last passing rung and the
+    first failing one (or `current`), it bisects."""
+    bad, good = low, current  # passes at bad, fails at good
+    for v in ladder(low, current):
+        if shrinker.fails(with_value(best, dim, v)):
+            good = v
+            break
+        bad = v
+    if good == current:
+        if not shrinker.fails(with_value(best, dim, current - 1)):
+            return current  # minimal along this dimension (the usual case in later passes)
+        good = current - 1
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if shrinker.fails(with_value(best, dim, mid)):
+            good = mid
+        else:
+            bad = mid
+    return good
 
 
 def _move(shrinker: Shrinker, smaller: Geometry, start: Geometry) -> None:
