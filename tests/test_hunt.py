@@ -121,23 +121,6 @@ def test_a_candidate_among_cases_of_known_buckets_is_predicted_there_and_one_els
     assert sparse.p_known(near_known) == 1.0 and not sparse.surely_known(near_known)  # one case seen is not enough
 
 
-def test_a_new_bucket_charted_counts_as_known_its_cases_seen_before_included():
-    known_map = KnownMap()
-    new = "compile: <tool> killed by signal SIGABRT: an assertion"
-    for c_in in (1, 3, 5, 7, 9):  # a bucket the hunt found, still being explored: unknown
-        known_map.add("torq", "onnx_f32", Geometry(1, (12,), (2,), (4,), c_in, 4).to_dict(), False, new)
-    other = Geometry(1, (12,), (2,), (4,), 11, 4).to_dict()
-    known_map.add("llvm-cpu", "onnx_f32", other, False, new)  # the same words on another target
-    near = next(c for c in make_cases([("t", Geometry(1, (13,), (2,), (4,), 3, 4))], frozenset(), (), "torq",
-                                      ("onnx_f32",), "random"))
-    assert known_map.p_known(near) == 0.0 and not known_map.surely_known(near)
-    known_map.chart("torq", new)  # its edge explored: known from now on, on its target only
-    assert known_map.p_known(near) == 1.0 and known_map.surely_known(near)
-    assert known_map.points[("llvm-cpu", "onnx_f32")][1] == [False]
-    known_map.add("torq", "onnx_f32", other, False, new)  # a case in it seen after the charting
-    assert known_map.points[("torq", "onnx_f32")][1][-1] is True
-
-
 def test_new_buckets_sharing_a_geometry_at_one_stage_are_one_root_cause_per_target():
     g1, g2 = Geometry(1, (12,), (2,), (4,), 3, 4), Geometry(1, (9,), (3,), (1,), 2, 2)
     cases = {(n, v): next(c for c in make_cases([("t", g)], frozenset(), (), "llvm-cpu", (v,), "random"))

@@ -22,8 +22,7 @@ Candidates are ranked by how many pairs of coarse features (kernel class, stride
 kernel, channel parity, dilation, groups, padding, ...) they cover that no case evaluated has
 covered yet (pairwise coverage), over the square root of their predicted cost: cheap
 geometries that combine dimensions in untried ways come first, each weighted by the share of
-its cases not predicted to land in a known bucket (KnownMap: a listed bucket, the sweep's, or
-one this hunt found and has EDGE_CASES cases of, its edge explored); of the chosen geometry, a case
+its cases not predicted to land in a known bucket (KnownMap); of the chosen geometry, a case
 whose nearest cases seen in its flavor all landed in a known bucket runs only with a small
 chance. Two baselines the hunt is
 measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
@@ -77,7 +76,7 @@ from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_v
 STRATEGIES = ("hunt", "cost", "sample")
 SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get the rest
 CANDIDATES = 12  # candidates drawn per geometry chosen
-EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring near it, and counts it known
+EDGE_CASES = 8  # cases of a new bucket past which the search stops exploring near it
 EDGE_BONUS = 4  # pairs of features a move near a new bucket counts as, besides the ones it covers
 NEIGHBOURS = 5  # cases seen whose outcomes predict a candidate's (KnownMap)
 UNKNOWN_FLOOR = 0.1  # a candidate every one of whose cases is predicted to land in a known bucket keeps this share
@@ -258,14 +257,11 @@ class KnownMap:
     """Where the known buckets lie: every case seen (the sweep's and the hunt's), per target and
     variant, as a point of its region features (pipeline/results/region.py, each as
     sign(x) log(1 + |x|), so that sizes and ratios weigh alike), marked by whether it landed in a
-    known bucket: the sweep's or a listed one, or one this hunt found and has charted (chart()).
-    A candidate case's chance of landing in one is the share of its NEIGHBOURS nearest cases
-    seen that did; with none seen, 0."""
+    known bucket (the sweep's or a listed one). A candidate case's chance of landing in one is
+    the share of its NEIGHBOURS nearest cases seen that did; with none seen, 0."""
 
     def __init__(self):
-        # (target, variant) -> (vectors, known, bucket of each point: None where it failed in none)
-        self.points: dict[tuple[str, str], tuple[list, list, list]] = {}
-        self.charted: set[tuple[str, str]] = set()  # (target, bucket): found by the hunt, known from then on
+        self.points: dict[tuple[str, str], tuple[list, list]] = {}  # (target, variant) -> (vectors, known)
         self._stacked: dict[tuple[str, str], tuple] = {}  # the same as arrays, made when first asked after a change
 
     @staticmethod
@@ -276,21 +272,11 @@ class KnownMap:
         values = np.array(list(features(geometry, backend, flavor).values()))
         return np.sign(values) * np.log1p(np.abs(values))
 
-    def add(self, target: str, variant: str, geometry: dict, known: bool, bucket: str | None = None) -> None:
-        vectors, marks, buckets = self.points.setdefault((target, variant), ([], [], []))
+    def add(self, target: str, variant: str, geometry: dict, known: bool) -> None:
+        vectors, marks = self.points.setdefault((target, variant), ([], []))
         vectors.append(self._vector(geometry, variant))
-        marks.append(known or (target, bucket) in self.charted)
-        buckets.append(bucket)
+        marks.append(known)
         self._stacked.pop((target, variant), None)
-
-    def chart(self, target: str, bucket: str) -> None:
-        """Count a bucket this hunt found as known from now on, its cases seen so far included:
-        its edge is explored, and a case more in it finds no new bug."""
-        self.charted.add((target, bucket))
-        for (where, variant), (_, marks, buckets) in self.points.items():
-            if where == target and bucket in buckets:
-                marks[:] = [mark or b == bucket for mark, b in zip(marks, buckets)]
-                self._stacked.pop((where, variant), None)
 
     def surely_known(self, case: Case) -> bool:
         """Whether each of the case's NEIGHBOURS nearest cases seen (at least that many seen in
@@ -305,7 +291,7 @@ class KnownMap:
         if key not in self.points:
             return 0.0
         if key not in self._stacked:  # asked for every candidate's cases: one array per change
-            self._stacked[key] = tuple(map(np.array, self.points[key][:2]))
+            self._stacked[key] = tuple(map(np.array, self.points[key]))
         vectors, marks = self._stacked[key]
         distances = ((vectors - self._vector(case.geometry.to_dict(), case.variant)) ** 2).sum(axis=1)
         return float(marks[np.argsort(distances, kind="stable")[:NEIGHBOURS]].mean())
@@ -364,8 +350,7 @@ class Hunt:
         self.covered |= pairs(geometry)
         bucket = entry.get("bucket")
         if entry.get("variant"):
-            self.map.add(entry["target"], entry["variant"], geometry.to_dict(), (entry["target"], bucket) in self.known,
-                         bucket)
+            self.map.add(entry["target"], entry["variant"], geometry.to_dict(), (entry["target"], bucket) in self.known)
         if not bucket or (entry["target"], bucket) in self.known:
             return
         if entry.get("stage") in FRONTEND_STAGES:  # this tool's model builders, not the target's tools
@@ -380,8 +365,6 @@ class Hunt:
                          f"      first case: {entry['case']}")
         found.cases.append(entry["case"])
         found.geometries.append(geometry)
-        if len(found.cases) == EDGE_CASES:  # its edge explored: more cases in it find no new bug
-            self.map.chart(entry["target"], bucket)
 
     # choosing the next geometry
     def cases_of(self, g: Geometry, source: str) -> list[Case]:
