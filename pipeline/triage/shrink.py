@@ -17,8 +17,10 @@ The geometry is a vector of integer dimensions: batch, groups, input and output 
 group, then per spatial axis kernel, dilation, stride and input size; a fused activation and
 SAME padding are dropped first where the failure stays without them. One
 pass takes the dimensions in that order; for each it tries the dimension's minimum first,
-then one less than the current value (if that passes, the dimension is minimal already), then
-bisects between the largest value known not to fail that way and the smallest known to. A
+then 2, 3, 4 and the powers of two from the bottom up (a failure only in a window of values is
+found at its bottom), then one less than the current value where none of those failed (if that
+passes, the dimension is minimal already), then bisects between the largest value known not to
+fail that way and the smallest known to. A
 candidate the geometry rules or the frontend refuse counts as not failing. Passes repeat
 until one changes nothing. Then, since a failure may depend on several dimensions at once
 (non-monotone in each), moves that change several together are tried (every size scaled by
