@@ -65,10 +65,12 @@ from pipeline.config import Config
 from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
+from pipeline.outcome.result import NOT_RUN
 from pipeline.results.region import features
 from pipeline.results.report import TOOL_FAILURES, causes, collect, signature, tool_versions, write_report
 from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
+from pipeline.space.expected import match
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import LANES, Category
 from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_value
@@ -254,8 +256,8 @@ class Found:
 
 
 class KnownMap:
-    """Where the known buckets lie: every case seen (the sweep's and the hunt's), per target and
-    variant, as a point of its region features (pipeline/results/region.py, each as
+    """Where the known buckets lie: every case seen (the sweep's, by its result or its listing,
+    and the hunt's), per target and variant, as a point of its region features (pipeline/results/region.py, each as
     sign(x) log(1 + |x|), so that sizes and ratios weigh alike), marked by whether it landed in a
     known bucket (the sweep's or a listed one). A candidate case's chance of landing in one is
     the share of its NEIGHBOURS nearest cases seen that did; with none seen, 0."""
@@ -341,7 +343,12 @@ class Hunt:
                      f"{self.journal.path}, not evaluated again; {self.spent:.0f} s of the budget spent")
 
     def _is_known(self, target: str, entry: dict) -> bool:
-        """Whether a result entry (the sweep's) failed in a known bucket."""
+        """Whether a sweep case failed in a known bucket: by its result, or, with none in this
+        build folder (a hunt with no sweep before it), by the target's expected failures, which
+        list the sweep's cases that fail (an unlisted case is taken to pass until the hunt's own
+        cases say otherwise near it)."""
+        if entry.get("status") == NOT_RUN:
+            return match(entry["case"], self.cfg.target(target).expectations) is not None
         return entry.get("status") in TOOL_FAILURES and (target, signature(entry)) in self.known
 
     def record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
