@@ -56,9 +56,10 @@ def _probe(dimension, value, outcome, g=DEPTHWISE, flavor="bf16"):
 def test_table_wording():
     found = [_probe("c_in", v, "same" if v == 8 else "pass") for v in (2, 3, 16)] + [_probe("c_in", 8, "same")]
     found += [_probe("groups", 1, "pass"), _probe("stride", [1, 2], "other: compile: <tool> crashed"),
-              _probe("stride", [2, 1], "same"), _probe("flavor", "onnx_f32", "pass")]
-    assert table(found, DEPTHWISE) == [
-        "c_in: fails at {4, 8}; passes at {2, 3, 16}",
+              _probe("stride", [2, 1], "same"), _probe("flavor", "onnx_f32", "pass"), _probe("c_out", 8, "pass")]
+    assert table(found, DEPTHWISE) == [  # a depthwise case's channel lines say what their probes kept
+        "c_in (depthwise kept: groups = c_in): fails at {4, 8}; passes at {2, 3, 16}",
+        "c_out (depthwise: c_in x the depth multiplier): fails at 4; passes at 8",
         "groups: fails at 4; passes at 1",
         "stride: fails at {1x1, 2x1}; fails otherwise at 1x2 (`compile: <tool> crashed`)",
         "flavor: fails in onnx_bf16; passes in onnx_f32",

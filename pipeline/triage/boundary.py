@@ -47,6 +47,8 @@ BOUNDARY = "boundary.json"
 AXES = ("spatial", "kernel", "stride", "dilation")  # per-axis fields: a probe's value is the whole field
 ORDER = ("c_in", "c_out", "groups", "spatial", "kernel", "stride", "dilation", "padding", "activation", "batch",
          "flavor")
+# a depthwise case's channel lines say what their probes kept (a reader takes c_out for the channels)
+DEPTHWISE = {"c_in": "c_in (depthwise kept: groups = c_in)", "c_out": "c_out (depthwise: c_in x the depth multiplier)"}
 # the round-robin's order within a round: the dimensions of few probes and much information first
 PRIORITY = ("flavor", "groups", "padding", "activation", "c_in", "c_out", "kernel", "stride", "dilation", "spatial",
             "batch")
@@ -216,7 +218,7 @@ def table(found: list[dict], minimal: Geometry, variant: str | None = None) -> l
     case's value among them), passes, and fails otherwise, e.g. "c_in: fails at {4, 8}; passes at
     {2, 3, 16}". A per-axis value prints as HxW (Conv1D: L). The flavor line names the minimal
     case's variant where `variant` is given (default: the flavor of a probe that is not a
-    flavor probe)."""
+    flavor probe). A depthwise case's channel lines are labelled as DEPTHWISE says."""
     if variant is None:
         variant = next((f"{p['backend']}_{p['flavor']}" for p in found if p["dimension"] != "flavor"), None)
     lines = []
@@ -238,7 +240,8 @@ def table(found: list[dict], minimal: Geometry, variant: str | None = None) -> l
             if p["outcome"].startswith("other: "):
                 others.setdefault(p["outcome"][len("other: "):], []).append(p["value"])
         parts += [f"fails otherwise {at} {_set(values)} (`{sig}`)" for sig, values in others.items()]
-        lines.append(f"{dimension}: " + "; ".join(parts))
+        label = DEPTHWISE.get(dimension, dimension) if minimal.depthwise else dimension
+        lines.append(f"{label}: " + "; ".join(parts))
     return lines
 
 
