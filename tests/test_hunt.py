@@ -121,22 +121,22 @@ def test_a_candidate_among_cases_of_known_buckets_is_predicted_there_and_one_els
     assert sparse.p_known(near_known) == 1.0 and not sparse.surely_known(near_known)  # one case seen is not enough
 
 
-def test_with_no_sweep_run_in_its_folder_the_map_takes_the_sweep_s_cases_from_the_listing(tmp_path):
-    """A hunt in a fresh folder: the sweep's cases have no results there. Each is a point of the
-    map, known iff the target lists it (here: every onnx_f32 case with 8 output channels), not
-    one point known nowhere for each."""
+def test_the_map_holds_the_hunt_s_own_cases_not_the_sweep_s(tmp_path):
+    """The sweep's cases, run (here one failed in a listed bucket) or not, are no points of the
+    map; a case the hunt evaluated is one, known iff its bucket is."""
     from pipeline.config import Config
     from pipeline.triage.hunt import Hunt
 
-    listed = {"expected_failures": [{"case": "conv_onnx_f32_*_f8_*", "stage": "compile", "bucket": "compile: timeout"}]}
-    (tmp_path / "eight.json").write_text(json.dumps(listed))
-    cfg = Config.from_env({**_env(tmp_path), "CONV_SWEEP_N": "20", "CONV_SWEEP_EXPECTED_FAILURES": str(tmp_path / "eight.json")})
-    cases = [c for c in cfg.cases() if c.flavor == "f32" and c.backend == "onnx"]
-    state = Hunt(cfg, tmp_path / "hunt", collect(cases, cfg.case_dir), "hunt", 0, lambda case: 1.0, None,
-                 log=lambda *a: None)
-    vectors, marks = state.map.points[("llvm-cpu", "onnx_f32")]
-    assert len(marks) == len(cases) and marks == [c.geometry.c_out == 8 for c in cases]
-    assert any(marks) and not all(marks)
+    cfg = Config.from_env(_env(tmp_path))
+    cases = cfg.cases()
+    swept = collect(cases, cfg.case_dir)
+    swept[0].update(status="error", stage="compile", reason=f"exit status 1: error: {LISTED}")
+    state = Hunt(cfg, tmp_path / "hunt", swept, "hunt", 0, lambda case: 1.0, None, log=lambda *a: None)
+    assert state.map.points == {}
+    g = Geometry(1, (12,), (2,), (4,), 3, 4)
+    entry = {"key": "k@llvm-cpu", "case": "k", "target": "llvm-cpu", "variant": "onnx_f32", "bucket": None}
+    state.record(entry, g, quiet=True)
+    assert state.map.points[("llvm-cpu", "onnx_f32")][1] == [False]
 
 
 def test_new_buckets_sharing_a_geometry_at_one_stage_are_one_root_cause_per_target():

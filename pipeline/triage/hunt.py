@@ -22,9 +22,9 @@ Candidates are ranked by how many pairs of coarse features (kernel class, stride
 kernel, channel parity, dilation, groups, padding, ...) they cover that no case evaluated has
 covered yet (pairwise coverage), over the square root of their predicted cost: cheap
 geometries that combine dimensions in untried ways come first, each weighted by the share of
-its cases not predicted to land in a known bucket (KnownMap); of the chosen geometry, a case
-whose nearest cases seen in its flavor all landed in a known bucket runs only with a small
-chance. Two baselines the hunt is
+its cases not predicted to land in a known bucket (KnownMap, from the hunt's own cases); of
+the chosen geometry, a case whose nearest cases evaluated in its flavor all landed in a known
+bucket runs only with a small chance. Two baselines the hunt is
 measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
 without that weighting (the hunt as it was before it), and `--strategy sample`, further draws
 of the run's own categories, past the sweep's N, evaluated the same way.
@@ -65,12 +65,10 @@ from pipeline.config import Config
 from pipeline.core.chain import TASKS
 from pipeline.core.errors import ConfigError
 from pipeline.core.tools import write_text
-from pipeline.outcome.result import NOT_RUN
 from pipeline.results.region import features
 from pipeline.results.report import TOOL_FAILURES, causes, collect, signature, tool_versions, write_report
 from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
-from pipeline.space.expected import match
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import LANES, Category
 from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_value
@@ -256,11 +254,17 @@ class Found:
 
 
 class KnownMap:
-    """Where the known buckets lie: every case seen (the sweep's, by its result or its listing,
-    and the hunt's), per target and variant, as a point of its region features (pipeline/results/region.py, each as
-    sign(x) log(1 + |x|), so that sizes and ratios weigh alike), marked by whether it landed in a
-    known bucket (the sweep's or a listed one). A candidate case's chance of landing in one is
-    the share of its NEIGHBOURS nearest cases seen that did; with none seen, 0."""
+    """Where the hunt met the known buckets: every case it evaluated, per target and variant, as a
+    point of its region features (pipeline/results/region.py, each as sign(x) log(1 + |x|), so
+    that sizes and ratios weigh alike), marked by whether it landed in a known bucket (the
+    sweep's or a listed one). A candidate case's chance of landing in one is the share of its
+    NEIGHBOURS nearest cases evaluated that did; with none, 0.
+
+    The sweep's cases are not points. Seeded with them (their results, or the target's listing,
+    which on the pinned release says the same), the map sent the torq hunt where the sweep
+    passed: 46% of its cases in listed buckets, but 9 new buckets to the cost baseline's 11
+    (docs/measurements.md, 2026-12-06, "the map seeded from the listing"). Known from its own
+    cases, it weighs down only the regions it has itself found known."""
 
     def __init__(self):
         self.points: dict[tuple[str, str], tuple[list, list]] = {}  # (target, variant) -> (vectors, known)
@@ -311,9 +315,7 @@ class Hunt:
         self.sampled = {g for _, g, _ in cfg.sampled}  # the sweep's own geometries
         self.passed_over: set[Geometry] = set()  # proposed, but every case of it looked surely known
         self.known = known_buckets(cfg, swept)
-        self.map = KnownMap()  # where the known buckets lie: a candidate predicted in one is weighted down
-        for e in swept:
-            self.map.add(e["target"], f"{e['backend']}_{e['flavor']}", e["geometry"], self._is_known(e["target"], e))
+        self.map = KnownMap()  # where the hunt met known buckets: a candidate predicted in one is weighted down
         self.entries: dict[str, dict] = {}  # case key -> journal entry
         self.geometries: dict[Geometry, str] = {}  # geometry -> its generator
         self.covered: set = set()
@@ -341,15 +343,6 @@ class Hunt:
         if self.entries:
             self.log(f"hunt: resuming: {len(self.entries)} cases of {len(self.geometries)} geometries from "
                      f"{self.journal.path}, not evaluated again; {self.spent:.0f} s of the budget spent")
-
-    def _is_known(self, target: str, entry: dict) -> bool:
-        """Whether a sweep case failed in a known bucket: by its result, or, with none in this
-        build folder (a hunt with no sweep before it), by the target's expected failures, which
-        list the sweep's cases that fail (an unlisted case is taken to pass until the hunt's own
-        cases say otherwise near it)."""
-        if entry.get("status") == NOT_RUN:
-            return match(entry["case"], self.cfg.target(target).expectations) is not None
-        return entry.get("status") in TOOL_FAILURES and (target, signature(entry)) in self.known
 
     def record(self, entry: dict, geometry: Geometry, quiet: bool = False) -> None:
         self.entries[entry["key"]] = entry
