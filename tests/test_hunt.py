@@ -136,7 +136,9 @@ def test_the_map_holds_the_hunt_s_own_cases_not_the_sweep_s(tmp_path):
     g = Geometry(1, (12,), (2,), (4,), 3, 4)
     entry = {"key": "k@llvm-cpu", "case": "k", "target": "llvm-cpu", "variant": "onnx_f32", "bucket": None}
     state.record(entry, g, quiet=True)
-    assert state.map.points[("llvm-cpu", "onnx_f32")][1] == [False]
+    listed = {**entry, "key": "l@llvm-cpu", "case": "l", "bucket": f"compile: <tool> exit status <n>: error: {LISTED}"}
+    state.record(listed, Geometry(1, (12,), (2,), (4,), 3, 5), quiet=True)
+    assert state.map.points[("llvm-cpu", "onnx_f32")][1] == [False, True]
 
 
 def test_new_buckets_sharing_a_geometry_at_one_stage_are_one_root_cause_per_target():
