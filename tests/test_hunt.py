@@ -130,8 +130,9 @@ def test_the_map_holds_the_hunt_s_own_cases_not_the_sweep_s(tmp_path):
     cfg = Config.from_env(_env(tmp_path))
     cases = cfg.cases()
     swept = collect(cases, cfg.case_dir)
-    swept[0].update(status="error", stage="compile", reason=f"exit status 1: error: {LISTED}")
+    swept[0].update(status="error", stage="compile", reason=f"{tmp_path / 'compiler'} exit status 1: error: {LISTED}")
     state = Hunt(cfg, tmp_path / "hunt", swept, "hunt", 0, lambda case: 1.0, None, log=lambda *a: None)
+    assert ("llvm-cpu", signature(swept[0])) in state.known  # a sweep case in a listed bucket
     assert state.map.points == {}
     g = Geometry(1, (12,), (2,), (4,), 3, 4)
     entry = {"key": "k@llvm-cpu", "case": "k", "target": "llvm-cpu", "variant": "onnx_f32", "bucket": None}

@@ -262,9 +262,9 @@ class KnownMap:
 
     The sweep's cases are not points. Seeded with them (their results, or the target's listing,
     which on the pinned release says the same), the map sent the torq hunt where the sweep
-    passed: 46% of its cases in listed buckets, but 9 new buckets to the cost baseline's 11
-    (docs/measurements.md, 2026-12-06, "the map seeded from the listing"). Known from its own
-    cases, it weighs down only the regions it has itself found known."""
+    passed, and it found fewer new buckets than the cost baseline (docs/measurements.md,
+    2026-12-06 (late night), "the map seeded from the listing"). Known from its own cases, it
+    weighs down only the regions it has itself found known."""
 
     def __init__(self):
         self.points: dict[tuple[str, str], tuple[list, list]] = {}  # (target, variant) -> (vectors, known)
