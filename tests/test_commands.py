@@ -96,6 +96,7 @@ def test_what_a_check_reads_reaches_the_action():
     (commands.HUNT, {"strategy": "random"}, "doit hunt --strategy"),
     (commands.HUNT, {"lanes": -2}, "doit hunt --lanes"),
     (commands.HUNT, {"flavors": "onnx_f64"}, "doit hunt --flavors"),
+    (commands.HUNT, {"cases": -1}, "doit hunt --cases"),
     (commands.SHRINK, {"cases": ["conv_a"], "budget": -1.0}, "doit shrink --budget"),
     (commands.BUGREPORT, {"budget": -5.0}, "doit bugreport --budget"),
     (commands.COMPARE, {"old": "a", "new": "b", "noise_floor": -0.1}, "doit compare --noise-floor"),

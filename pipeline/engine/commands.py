@@ -218,7 +218,7 @@ BUGREPORT = CommandSpec(
                  "toggle flags (default 300; 0: the bucket's smallest case as it is, no flags)"}, KEEP_DATA))
 
 
-def _check_hunt(budget, strategy, lanes, flavors, **_):
+def _check_hunt(budget, strategy, lanes, flavors, cases, **_):
     from pipeline.space.cases import parse_variants
     from pipeline.triage.hunt import STRATEGIES
 
@@ -229,6 +229,8 @@ def _check_hunt(budget, strategy, lanes, flavors, **_):
         raise ConfigError("doit hunt --strategy", strategy, f"must be one of {', '.join(STRATEGIES)}")
     if not budget > 0:
         raise ConfigError("doit hunt --budget", budget, "must be a number of seconds > 0")
+    if cases < 0:
+        raise ConfigError("doit hunt --cases", cases, "must be a number of cases >= 1 (0: no limit)")
     return {"flavors": chosen}
 
 
@@ -240,7 +242,7 @@ def _on_cluster(cfg):
     return connect(cfg).run
 
 
-def _hunt(run, budget, seed, strategy, lanes, flavors):
+def _hunt(run, budget, seed, strategy, lanes, flavors, cases):
     """A guided search for failure buckets the sweep misses (pipeline/triage/hunt.py), its
     cases run on `lanes` lanes (0: the machine's cores)."""
     from pipeline.engine.history import estimator
@@ -249,7 +251,8 @@ def _hunt(run, budget, seed, strategy, lanes, flavors):
     scheduler = run.cfg.scheduler
     summary = hunt(run.cfg, run.cases, budget, seed, strategy,
                    scheduler.slots if scheduler else lanes or os.cpu_count() or 1,
-                   estimate=estimator(run.cfg), flavors=flavors, remote=_on_cluster if scheduler else None)
+                   estimate=estimator(run.cfg), flavors=flavors, remote=_on_cluster if scheduler else None,
+                   limit=cases)
     print(f"conv-sweep: {len(summary['new_buckets'])} new buckets" + "".join(
         f"\n  {b['target']}: {b['bucket']}  ({b['cases']} cases, first {b['first_case']})"
         for b in summary["new_buckets"]))
@@ -269,7 +272,9 @@ HUNT = CommandSpec(
         {"name": "lanes", "long": "lanes", "type": int, "default": 0,
          "help": "cases run at once (default 0: one per core)"},
         {"name": "flavors", "long": "flavors", "default": "",
-         "help": "only these flavors, e.g. onnx_f32,tflite_w8i8 (default: every flavor of each target)"}))
+         "help": "only these flavors, e.g. onnx_f32,tflite_w8i8 (default: every flavor of each target)"},
+        {"name": "cases", "long": "cases", "type": int, "default": 0,
+         "help": "start no case once this many have started, over resumes (default 0: the budget alone)"}))
 
 
 def _check_bisect(subject, versions, **_):

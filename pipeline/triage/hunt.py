@@ -467,8 +467,10 @@ def evaluate(case: Case, cfg: Config, call=None) -> dict:
 
 
 def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
-         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print, remote=None) -> dict:
-    """Search within `budget` seconds on `lanes` lanes; then the new buckets' bug reports. Returns
+         estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print, remote=None,
+         limit: int = 0) -> dict:
+    """Search within `budget` seconds on `lanes` lanes, starting no case once `limit` cases (if
+    not 0; over resumes) have started; then the new buckets' bug reports. Returns
     the summary (also written to <build>/hunt/summary.json). `remote(hunt_cfg)`, where given,
     gives the function that runs a stage of the search's cases elsewhere (the Dask cluster, as
     the sweep's tasks run there: run_chain's `call`)."""
@@ -485,8 +487,18 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         f"{budget * SEARCH_SHARE:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
         f"listed); cases in {folder}")
 
+    started = [len(state.entries)]  # cases started, over resumes: the case limit's count
+
     def more() -> list[Case] | None:
-        """The cases of the next geometry worth running, whenever a lane is free."""
+        """The cases of the next geometry worth running, whenever a lane is free (none once
+        the case limit is reached)."""
+        if limit and started[0] >= limit:
+            return None
+        chosen = _next()
+        started[0] += len(chosen or ())
+        return chosen
+
+    def _next() -> list[Case] | None:
         for _ in range(PROPOSALS):
             proposal = state.propose()
             if proposal is None:
@@ -539,7 +551,7 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
                                log=log, region_entries=entries + swept, reported=state.reported, on_report=reported):
             reports[path.parent.name] = str(path)
     summary = {
-        "strategy": strategy, "seed": seed, "budget": budget, "lanes": lanes,
+        "strategy": strategy, "seed": seed, "budget": budget, "case_limit": limit, "lanes": lanes,
         "search_seconds": round(searched, 1), "cpu_seconds": round(cpu, 1),
         "geometries": len(state.geometries), "cases": len(state.entries),
         "known_buckets": len(state.known),
