@@ -6,6 +6,8 @@ import os
 import numpy as np
 import pytest
 
+from helpers import ROOT
+
 from pipeline.space.cases import Case
 from pipeline.space.data import conv_weights, float_samples, input_shape
 from pipeline.space.geometry import Geometry
@@ -82,19 +84,29 @@ def test_grouped_and_depthwise_weights_read_back_from_every_flavor(tmp_path, geo
 
 def test_the_same_case_converts_to_the_same_bytes(tmp_path):
     """A rebuilt model must not differ from the last one (its consumers would all re-run): two
-    conversions in two separate processes, as two runs (or two doit workers) would make them."""
+    conversions in two separate processes, as two runs (or two doit workers) would make them.
+    One warms up as the model helper does (Keras imported while scikit-learn reads as absent,
+    which imports as usual afterwards), the other imports scikit-learn first, as a process that
+    wrote region rules would have: the same bytes."""
     import subprocess
     import sys
 
-    script = ("import sys; from pipeline.space.cases import Case; from pipeline.frontends.model_tflite import convert; "
-              "from tests_geometry import G; import pathlib\n"
+    script = ("import sys; from pipeline.space.cases import Case; from pipeline.frontends.model_tflite import convert, "
+              "warm_up; from tests_geometry import G; import pathlib\n"
+              "if sys.argv[2] == 'helper':\n"
+              "    warm_up()\n"
+              "    assert 'sklearn' not in sys.modules and 'keras' in sys.modules\n"
+              "else:\n"
+              "    import sklearn\n"
               "for flavor in ('f32', 'w8if32', 'w8i8'):\n"
-              "    pathlib.Path(sys.argv[1], flavor).write_bytes(convert(Case(G, 'tflite', flavor)))\n")
+              "    pathlib.Path(sys.argv[1], flavor).write_bytes(convert(Case(G, 'tflite', flavor)))\n"
+              "import sklearn.tree\n")
     (tmp_path / "tests_geometry.py").write_text(f"from pipeline.space.geometry import Geometry\nG = {EXTENDED[3]!r}\n")
-    for run in ("a", "b"):
+    for run, mode in (("a", "helper"), ("b", "sklearn first")):
         (tmp_path / run).mkdir()
-        subprocess.run([sys.executable, "-c", script, str(tmp_path / run)], check=True, cwd=tmp_path,
-                       env={**os.environ, "PYTHONPATH": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / run), mode], check=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+                            "TF_CPP_MIN_LOG_LEVEL": "2"},
                        capture_output=True, timeout=300)
     for flavor in ("f32", "w8if32", "w8i8"):
         first, second = (tmp_path / "a" / flavor).read_bytes(), (tmp_path / "b" / flavor).read_bytes()
