@@ -264,7 +264,7 @@ HUNT = CommandSpec(
     _hunt, check=_check_hunt, params=(
         {"name": "budget", "long": "budget", "type": float, "default": 600,
          "help": "wall-clock seconds of this hunt: the search takes 3/4, the new buckets' bug reports the rest "
-                 "(default 600)"},
+                 "(at most 1/4; default 600)"},
         {"name": "seed", "long": "seed", "type": int, "default": 0, "help": "the search's seed (default 0)"},
         {"name": "strategy", "long": "strategy", "default": "hunt",
          "help": "hunt (boundary values, the extended dimensions, moves near the cases found; default) or "

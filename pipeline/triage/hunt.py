@@ -469,8 +469,9 @@ def evaluate(case: Case, cfg: Config, call=None) -> dict:
 def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy: str = "hunt", lanes: int = 2,
          estimate=lambda case: 1.0, flavors: frozenset[str] | None = None, log=print, remote=None,
          limit: int = 0) -> dict:
-    """Search within `budget` seconds on `lanes` lanes, starting no case once `limit` cases (if
-    not 0; over resumes) have started; then the new buckets' bug reports. Returns
+    """Search within 3/4 of `budget` seconds on `lanes` lanes, starting no case once `limit`
+    cases (if not 0; over resumes) have started; then the new buckets' bug reports, within what
+    is left of the budget, at most its last quarter. Returns
     the summary (also written to <build>/hunt/summary.json). `remote(hunt_cfg)`, where given,
     gives the function that runs a stage of the search's cases elsewhere (the Dask cluster, as
     the sweep's tasks run there: run_chain's `call`)."""
@@ -538,7 +539,9 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
     if state.found:
         from pipeline.triage.bugreport import bugreports, report_md
 
-        remaining = max(budget - (state.spent + time.monotonic() - start), 0.0)
+        # what is left of the budget, at most its last quarter (a search that ended early, at the
+        # case limit or out of proposals, does not lengthen the reports)
+        remaining = min(max(budget - (state.spent + time.monotonic() - start), 0.0), budget * (1 - SEARCH_SHARE))
         left = [f for f in state.found.values() if str(report_md(hunt_cfg, f.target, f.bucket)) not in state.reported]
         per_bucket = remaining / max(len(left), 1)
         log(f"hunt: {len(state.found)} new buckets: bug reports ({len(left)} to write), {per_bucket:.0f} s each")
