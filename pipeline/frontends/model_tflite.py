@@ -15,9 +15,9 @@ from pipeline.core.tools import write_bytes
 
 def warm_up() -> None:
     """The helper's one-off imports. Keras imports scikit-learn, where it is installed (it is:
-    the region rules use it), for its optional scikit-learn wrappers, which no model here uses:
-    a quarter of TensorFlow's import in CPU (docs/measurements.md). While Keras is imported,
-    scikit-learn reads as absent, as Keras allows; afterwards it imports as usual."""
+    the region rules use it), for its optional scikit-learn wrappers, which no model here uses
+    and which cost a good part of the import (docs/measurements.md, 2026-12-07). While Keras is
+    imported, scikit-learn reads as absent, as Keras allows; afterwards it imports as usual."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     hidden = "sklearn" not in sys.modules
     if hidden:
