@@ -488,15 +488,16 @@ def hunt(cfg: Config, cases: list[Case], budget: float, seed: int = 0, strategy:
         f"{budget * SEARCH_SHARE:.0f} s of {budget:g} s; {len(state.known)} buckets known (the sweep's and the "
         f"listed); cases in {folder}")
 
-    started = [len(state.entries)]  # cases started, over resumes: the case limit's count
+    started = len(state.entries)  # cases started, over resumes: the case limit's count
 
     def more() -> list[Case] | None:
         """The cases of the next geometry worth running, whenever a lane is free (none once
         the case limit is reached)."""
-        if limit and started[0] >= limit:
+        nonlocal started
+        if limit and started >= limit:
             return None
         chosen = _next()
-        started[0] += len(chosen or ())
+        started += len(chosen or ())
         return chosen
 
     def _next() -> list[Case] | None:
