@@ -72,6 +72,28 @@ def test_learn_finds_a_hidden_rule_and_holds_on_fresh_geometries():
     assert describe(region).startswith(region["rule"] + " (held-out accuracy ")
 
 
+def test_a_condition_the_tree_chose_alone_is_swapped_for_the_one_that_fits():
+    """A hunt's cases crowd at one channel: the tree's first split picks the few cases apart
+    (here "reduction <= 3", whose rule agrees with the hidden one on 90% of fresh geometries);
+    swapped for "c_in odd", the rule is the hidden one."""
+    def geometry(rng: random.Random) -> dict:
+        k, s = rng.randint(1, 3), rng.randint(1, 4)
+        c_in = 1 if rng.random() < 0.5 else rng.randint(1, 8)
+        return {"rank": 1, "spatial": [rng.randint(6, 16)], "kernel": [k], "stride": [s], "c_in": c_in,
+                "c_out": rng.randint(1, 8), "padding": "valid"}
+
+    rng = random.Random(37)
+    entries = []
+    for i in range(80):
+        g = geometry(rng)
+        entries.append(_entry(f"conv_onnx_f32_{i}", "onnx", "f32", g, _hidden(g)))
+    region = learn(entries, _signature)["compile: injected"]
+    assert region["rule"] == "c_in odd and stride_w/kernel_w > 1.17", region
+    rng = random.Random(99)
+    fresh = [geometry(rng) for _ in range(500)]
+    assert all(matches(region["conditions"], features(g, "onnx", "f32")) == _hidden(g) for g in fresh)
+
+
 def test_learn_names_the_one_flavor_of_a_flavor_bucket():
     flavors = (("tflite", "w8i8"), ("onnx", "f32"))
     region = learn(_entries(lambda g, b, f: f == "w8i8", 150, 1, flavors), _signature)["compile: injected"]

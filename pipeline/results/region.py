@@ -20,8 +20,9 @@ cross-validation of the balanced accuracy: the shallowest within DEPTH_SLACK of 
 tree becomes the rule: the disjunction of its paths to leaves that predict the bucket (a split
 whose leaves all predict it counts as one path), with the bounds on one feature merged,
 integer bounds printed as integers, ratios to three significant digits; then, on the training
-cases again, conditions that do not help are dropped and "flavor not X" becomes "flavor Y"
-where that fits the training cases as well. The held-out figures are those of the printed rule
+cases again, "flavor not X" becomes "flavor Y" where that fits as well, each condition is
+swapped for the single condition that fits best in its place where that fits better (the tree
+chooses each split alone), and conditions that do not help are dropped. The held-out figures are those of the printed rule
 (matches()), not of the tree.
 
 sklearn and numpy are imported inside learn(): reading this module costs neither.
@@ -45,6 +46,8 @@ MIN_NEGATIVES = 4  # passing cases
 DEPTHS = (1, 2, 3)  # depths tried; the shallowest within DEPTH_SLACK of the best is kept
 DEPTH_SLACK = 0.02  # of cross-validated balanced accuracy on the training cases
 FOLDS = 5  # cross-validation folds at most (fewer when a class has fewer training cases)
+SWAP_THRESHOLDS = 64  # bounds per feature a condition may be swapped for (_swap)
+SWAP_ROUNDS = 4  # passes of _swap over the rule at most
 
 
 class Feature(NamedTuple):
@@ -325,9 +328,72 @@ def _rule(tree, names: list[str]) -> list[list]:
     return [_merge(p) for p in paths(0)]
 
 
+def _candidates(column: dict, names: list[str]) -> list[list]:
+    """Every single condition a split of the training cases could print: per feature, a bound
+    between each two neighbouring values it takes (at most SWAP_THRESHOLDS of them, evenly
+    spaced), both ways; a bool or one-hot that varies, == 1 and == 0."""
+    import numpy as np
+
+    out = []
+    for name in names:
+        values = np.unique(column[name])
+        if len(values) < 2:
+            continue
+        mids = (values[:-1] + values[1:]) / 2
+        if len(mids) > SWAP_THRESHOLDS:
+            mids = mids[np.linspace(0, len(mids) - 1, SWAP_THRESHOLDS).round().astype(int)]
+        out += [_condition(name, above, float(t)) for t in mids for above in (False, True)]
+    unique = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def _swap(rule: list[list], column: dict, y, names: list[str], score, best: float) -> tuple[list[list], float]:
+    """Each condition in turn replaced by the single condition (_candidates) that scores best in
+    its place, where that scores better, until none does: the greedy tree picks its first split
+    alone, and a split that looked best there (say c_in <= 1) may stand where a pair of
+    conditions (c_in odd, and a stride past the kernel) tells the bucket apart exactly."""
+    import numpy as np
+
+    candidates = _candidates(column, names)
+    if not candidates:
+        return rule, best
+    hits = np.array([_OPS[op](column[name], value) for name, op, value in candidates], dtype=bool)
+    positive, negative = y == 1, y == 0
+
+    def conjunction_hit(conjunction: list):
+        part = np.ones(len(y), dtype=bool)
+        for name, op, value in conjunction:
+            part &= _OPS[op](column[name], value)
+        return part
+
+    for _ in range(SWAP_ROUNDS):
+        improved = False
+        for i in range(len(rule)):
+            for j in range(len(rule[i])):
+                others = np.zeros(len(y), dtype=bool)
+                for k, conjunction in enumerate(rule):
+                    if k != i:
+                        others |= conjunction_hit(conjunction)
+                trial = others | (conjunction_hit(rule[i][:j] + rule[i][j + 1:]) & hits)
+                scores = ((trial & positive).sum(axis=1) / max(positive.sum(), 1)
+                          + (~trial & negative).sum(axis=1) / max(negative.sum(), 1)) / 2
+                k = int(scores.argmax())
+                if scores[k] > best + 1e-9:
+                    rule = rule[:i] + [_merge(rule[i][:j] + [candidates[k]] + rule[i][j + 1:])] + rule[i + 1:]
+                    best, improved = score(rule), True
+                    break  # rule[i] changed: its conditions are walked again next round
+        if not improved:
+            break
+    return rule, best
+
+
 def _simplify(conditions: list[list], X, y, names: list[str]) -> list[list]:
-    """Shorter, on the training cases: "flavor not X" conditions become "flavor Y" where that
-    scores as well; then each condition (and conjunction) whose removal scores as well goes."""
+    """Shorter and sharper, on the training cases: "flavor not X" conditions become "flavor Y"
+    where that scores as well; each condition is swapped for a better one (_swap); then each
+    condition (and conjunction) whose removal scores as well goes."""
     import numpy as np
 
     column = {n: X[:, i] for i, n in enumerate(names)}
@@ -353,6 +419,7 @@ def _simplify(conditions: list[list], X, y, names: list[str]) -> list[list]:
             if score(candidate) >= best:
                 rule, best = candidate, score(candidate)
                 break
+    rule, best = _swap(rule, column, y, names, score, best)
     for i in range(len(rule)):
         for condition in reversed(list(rule[i])):
             candidate = rule[:i] + [[c for c in rule[i] if c is not condition]] + rule[i + 1:]

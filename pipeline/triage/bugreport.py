@@ -393,7 +393,8 @@ def region_section(region: dict | None) -> list[str]:
     precision = "n/a" if held.get("precision") is None else f"{held['precision']:.2f}"
     lines += [describe_region(region), "",
               f"A shallow decision tree over geometry features (depth {region.get('depth', '?')}), learned from "
-              f"{train['cases']} cases ({train['positives']} of this bucket, the rest passing), reads as the rule: "
+              f"{train['cases']} cases ({train['positives']} of this bucket, the rest passing) and simplified on them, "
+              "reads as the rule: "
               + ("a case is in the bucket when all of these hold:" if len(conditions) == 1
                  else "a case is in the bucket when any of these holds:"), ""]
     lines += [f"- {render_conjunction([c])}" for c in conditions[0]] if len(conditions) == 1 else \
