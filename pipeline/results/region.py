@@ -22,8 +22,8 @@ whose leaves all predict it counts as one path), with the bounds on one feature 
 integer bounds printed as integers, ratios to three significant digits; then, on the training
 cases again, "flavor not X" becomes "flavor Y" where that fits as well, each condition is
 swapped for the single condition that fits best in its place where that fits better (the tree
-chooses each split alone), and conditions that do not help are dropped. The held-out figures are those of the printed rule
-(matches()), not of the tree.
+chooses each split alone), and conditions that do not help are dropped. The held-out figures
+are those of the printed rule (matches()), not of the tree.
 
 sklearn and numpy are imported inside learn(): reading this module costs neither.
 """
@@ -343,11 +343,7 @@ def _candidates(column: dict, names: list[str]) -> list[list]:
         if len(mids) > SWAP_THRESHOLDS:
             mids = mids[np.linspace(0, len(mids) - 1, SWAP_THRESHOLDS).round().astype(int)]
         out += [_condition(name, above, float(t)) for t in mids for above in (False, True)]
-    unique = []
-    for c in out:
-        if c not in unique:
-            unique.append(c)
-    return unique
+    return [list(c) for c in dict.fromkeys(tuple(c) for c in out)]  # once each, in order
 
 
 def _swap(rule: list[list], column: dict, y, names: list[str], score, best: float) -> tuple[list[list], float]:
