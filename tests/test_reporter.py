@@ -217,9 +217,11 @@ def test_a_long_compile_keeps_the_line_moving_and_is_named_with_its_limit(tmp_pa
     run = doit("-n", "2", "sweep", env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     case = "vmfb:conv_onnx_f32_w20_h1_f8_k5_c4_r1_s1x2_pvalid@llvm-cpu"
-    ticking = [l for l in run.stderr.splitlines() if f"; running: {case} 0m0" in l]
+    # the line names the two longest-running tasks; on a loaded machine a model build may be one
+    running = [l.split("; running: ", 1)[1].split(", ") for l in run.stderr.splitlines() if "; running: " in l]
+    ticking = [part for parts in running for part in parts if part.startswith(f"{case} 0m0")]
     assert len(ticking) >= 2, run.stderr[-3000:]
-    assert all(l.endswith("of 1m00s") for l in ticking)  # llvm-cpu's compile floor: its predicted limit
+    assert all(part.endswith("of 1m00s") for part in ticking)  # llvm-cpu's compile floor: its predicted limit
 
 
 def _reporter_run(verbosity: int = 0):
