@@ -560,3 +560,51 @@ def test_an_import_failures_repro_takes_the_importer_from_path_or_its_variable(t
     missing = subprocess.run(["/bin/bash", str(repro)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert missing.returncode == 127 and "iree-import-onnx not found: put its folder on PATH, or set " \
         "IREE_IMPORT_ONNX=/path/to/iree-import-onnx" in missing.stderr
+
+
+def test_a_rule_its_probes_contradict_is_learned_again_with_them():
+    """The bucket's cases seen all have one channel and stride 4, so their rule is not the hidden
+    one (stride past the kernel, c_in odd); the minimal case (stride 2 over kernel 1) and its
+    probes contradict it. Learned again with them, the rule is the hidden one, and it is shown."""
+    import random
+
+    from pipeline.results.region import features, matches
+    from pipeline.results.report import add_regions
+    from pipeline.space.cases import make_cases
+    from pipeline.triage.bugreport import shown_region, with_probes
+
+    def hidden(g: Geometry) -> bool:
+        return g.stride[0] > g.kernel[0] and g.c_in % 2 == 1
+
+    def entry(name: str, g: Geometry, failing: bool) -> dict:
+        return {"case": name, "target": "llvm-cpu", "backend": "onnx", "flavor": "f32", "geometry": g.to_dict(),
+                "status": "error" if failing else "pass", "stage": "compile" if failing else None,
+                "reason": "iree-compile exit status 1: error: injected" if failing else ""}
+
+    rng, entries = random.Random(0), []
+    while sum(e["status"] == "error" for e in entries) < 30:  # the bucket's cases seen: one channel, stride 4
+        g = Geometry(1, (rng.randint(6, 16),), (rng.randint(1, 3),), (rng.randint(1, 4),), rng.randint(1, 8), 4)
+        if hidden(g) and g.c_in == 1 and g.stride == (4,) or not hidden(g) and len(entries) < 200:
+            entries.append(entry(f"conv_onnx_f32_{len(entries)}", g, hidden(g)))
+    bucket = "compile: <tool> exit status <n>: error: injected"
+    region = add_regions([{"signature": bucket}], entries)[0]["region"]
+    assert region["status"] == "learned", region
+    minimal_g = Geometry(1, (6,), (1,), (2,), 1, 1)
+    minimal = next(iter(make_cases([("t", minimal_g)], frozenset(), (), "llvm-cpu", ("onnx_f32",), "random")))
+    moves = {"stride": [(1,), (3,), (4,)], "kernel": [(2,), (3,)], "c_in": [2, 3, 4], "c_out": [2, 3],
+             "spatial": [(5,), (7,)]}
+    probes = []
+    for dimension, values in moves.items():
+        for v in values:
+            g = Geometry.from_dict({**minimal_g.to_dict(), dimension: list(v) if isinstance(v, tuple) else v})
+            probes.append({"dimension": dimension, "value": v, "case": f"probe_{dimension}_{v}",
+                           "outcome": "same" if hidden(g) else "pass", "geometry": g.to_dict(),
+                           "backend": "onnx", "flavor": "f32"})
+    assert shown_region(region, minimal, probes)["status"] == "not shown"
+    again = with_probes(region, entries, "llvm-cpu", bucket, minimal, probes)
+    assert again["status"] == "learned" and again["probes"] == len(probes) + 1, again
+    rng = random.Random(7)
+    fresh = [Geometry(1, (rng.randint(6, 16),), (k := rng.randint(1, 3),), (rng.randint(1, 4),), rng.randint(1, 8), 4)
+             for _ in range(300)]
+    assert all(matches(again["conditions"], features(g.to_dict(), "onnx", "f32")) == hidden(g) for g in fresh), again
+    assert with_probes(region, entries, "llvm-cpu", bucket, minimal, None) == shown_region(region, minimal, None)

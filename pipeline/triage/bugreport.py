@@ -47,6 +47,7 @@ from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry, macs
 
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
+PROBED = "probed as"  # a boundary probe's bucket, as its region entry carries it (with_probes)
 SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the boundary probes and the toggle flags have the rest
 BOUNDARY_SHARE = 0.5  # of what the shrink left, what the boundary probes may take; the toggle flags have the rest
 DIAGNOSTIC_LINES = 40  # lines of the failing tool's own output a report quotes
@@ -393,8 +394,9 @@ def region_section(region: dict | None) -> list[str]:
     precision = "n/a" if held.get("precision") is None else f"{held['precision']:.2f}"
     lines += [describe_region(region), "",
               f"A shallow decision tree over geometry features (depth {region.get('depth', '?')}), learned from "
-              f"{train['cases']} cases ({train['positives']} of this bucket, the rest passing) and simplified on them, "
-              "reads as the rule: "
+              f"{train['cases']} cases ({train['positives']} of this bucket, the rest passing"
+              + (", among them the minimal case and its boundary probes" if region.get("probes") else "")
+              + ") and simplified on them, reads as the rule: "
               + ("a case is in the bucket when all of these hold:" if len(conditions) == 1
                  else "a case is in the bucket when any of these holds:"), ""]
     lines += [f"- {render_conjunction([c])}" for c in conditions[0]] if len(conditions) == 1 else \
@@ -435,6 +437,36 @@ def shown_region(region: dict | None, minimal: Case, boundary: list[dict] | None
     return {"status": "not shown", "why": "the rule learned from the sweep's cases does not hold on the minimal "
                                           "case and every boundary probe (or uses a feature they do not vary); "
                                           "the boundary facts above say what holds"}
+
+
+def with_probes(region: dict | None, entries: list[dict], target: str, bucket: str, minimal: Case,
+                boundary: list[dict] | None) -> dict | None:
+    """The region as shown (shown_region), learned again with the minimal case and its boundary
+    probes among the cases where the rule learned from `entries` alone is not shown: a probe
+    that failed the same way is a case of the bucket, one that passed a passing case, one that
+    failed otherwise a case of its own bucket (left out). The first reason stands where the
+    second rule is not shown either."""
+    from pipeline.outcome.result import ERROR, PASS
+    from pipeline.results.region import learn
+    from pipeline.results.report import signature
+
+    shown = shown_region(region, minimal, boundary)
+    if not boundary or (shown or {}).get("status") == "learned":
+        return shown
+    probed = [{"case": minimal.name, "geometry": minimal.geometry.to_dict(), "backend": minimal.backend,
+               "flavor": minimal.flavor, "outcome": "same"}, *boundary]
+    cases = [{"case": p["case"], "target": target, "geometry": p["geometry"], "backend": p["backend"],
+              "flavor": p["flavor"], "status": PASS if p["outcome"] == "pass" else ERROR,
+              PROBED: bucket if p["outcome"] == "same" else p["outcome"]} for p in probed]
+    mine = [e for e in entries if e.get("target", target) == target]
+    try:
+        again = learn(cases + mine, lambda e: e[PROBED] if PROBED in e else signature(e)).get(bucket)
+    except Exception:  # noqa: BLE001 - the report matters more than its rule (as report.add_regions)
+        return shown
+    again = shown_region(again, minimal, boundary)
+    if (again or {}).get("status") != "learned":
+        return shown
+    return {**again, "probes": len(probed)}
 
 
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
@@ -609,7 +641,8 @@ def report_md(cfg: Config, target: str, bucket: str) -> Path:
 
 
 def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_name: dict, identity: dict,
-                   region: dict | None, budget: float, keep_data: bool, log) -> tuple[Path, dict | None]:
+                   region: dict | None, budget: float, keep_data: bool, log,
+                   learned_from: list[dict] = ()) -> tuple[Path, dict | None]:
     """One bucket's report: its minimal case (an earlier shrink of it, or a shrink now within
     SHRINK_SHARE of `budget`), the boundary probes and the flag trials in the rest; the
     report.md path and the region as shown (shown_region)."""
@@ -649,7 +682,7 @@ def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_nam
     original = replace(origin, category="shrink", expected=None)
     swept = next((e for e in members if e["case"] == origin.name), {})
     probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
-    region = shown_region(region, minimal, probed)
+    region = with_probes(region, learned_from, target.name, bucket, minimal, probed)
     exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
                    deadline, log) if budget > 0 else None
     path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, folder,
@@ -664,7 +697,8 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
     """Write the bug reports of the selected buckets of every selected target; the report.md
     paths. With `keep_data`, shrinks keep the original case's data (pipeline/triage/shrink.py).
     Each bucket's region rule is learned from the target's entries of `region_entries` (e.g. with
-    cases evaluated elsewhere) when given, else from every case of the target in this run.
+    cases evaluated elsewhere) when given, else from every case of the target in this run; where
+    that rule is not shown, again with the boundary probes among them (with_probes).
     A bucket whose report.md is in `reported` (paths, written before) is listed, not redone;
     `on_report(bucket, path)` is called as each report is written."""
     from pipeline.results.report import TOOL_FAILURES, add_regions, by_target, collect, signature
@@ -696,7 +730,7 @@ def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float,
                 log(f"{target.name}: {slug(bucket)}: reported before: {path}")
             else:
                 path, regions[bucket] = _report_bucket(cfg, target, bucket, members, by_name, identity, regions[bucket],
-                                                       budget, keep_data, log)
+                                                       budget, keep_data, log, learned_from)
                 if on_report is not None:
                     on_report(bucket, path)
             written.append(path)
