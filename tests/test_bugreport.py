@@ -604,7 +604,7 @@ def test_a_rule_its_probes_contradict_is_learned_again_with_them():
     again = with_probes(region, entries, "llvm-cpu", bucket, minimal, probes)
     assert again["status"] == "learned" and again["probes"] == len(probes) + 1, again
     rng = random.Random(7)
-    fresh = [Geometry(1, (rng.randint(6, 16),), (k := rng.randint(1, 3),), (rng.randint(1, 4),), rng.randint(1, 8), 4)
+    fresh = [Geometry(1, (rng.randint(6, 16),), (rng.randint(1, 3),), (rng.randint(1, 4),), rng.randint(1, 8), 4)
              for _ in range(300)]
     assert all(matches(again["conditions"], features(g.to_dict(), "onnx", "f32")) == hidden(g) for g in fresh), again
     assert with_probes(region, entries, "llvm-cpu", bucket, minimal, None) == shown_region(region, minimal, None)

@@ -645,7 +645,7 @@ def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_nam
                    learned_from: list[dict] = ()) -> tuple[Path, dict | None]:
     """One bucket's report: its minimal case (an earlier shrink of it, or a shrink now within
     SHRINK_SHARE of `budget`), the boundary probes and the flag trials in the rest; the
-    report.md path and the region as shown (shown_region)."""
+    report.md path and the region as shown (with_probes)."""
     from dataclasses import replace
 
     from pipeline.triage.culprit import examine, sections
