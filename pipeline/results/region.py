@@ -346,6 +346,16 @@ def _candidates(column: dict, names: list[str]) -> list[list]:
     return [list(c) for c in dict.fromkeys(tuple(c) for c in out)]  # once each, in order
 
 
+def _hit(conjunction: list, column: dict, rows: int):
+    """Which of the `rows` training cases (their feature `column`s) satisfy every condition."""
+    import numpy as np
+
+    part = np.ones(rows, dtype=bool)
+    for name, op, value in conjunction:
+        part &= _OPS[op](column[name], value)
+    return part
+
+
 def _swap(rule: list[list], column: dict, y, names: list[str], score, best: float) -> tuple[list[list], float]:
     """Each condition in turn replaced by the single condition (_candidates) that scores best in
     its place, where that scores better, until none does: the greedy tree picks its first split
@@ -358,13 +368,6 @@ def _swap(rule: list[list], column: dict, y, names: list[str], score, best: floa
         return rule, best
     hits = np.array([_OPS[op](column[name], value) for name, op, value in candidates], dtype=bool)
     positive, negative = y == 1, y == 0
-
-    def conjunction_hit(conjunction: list):
-        part = np.ones(len(y), dtype=bool)
-        for name, op, value in conjunction:
-            part &= _OPS[op](column[name], value)
-        return part
-
     for _ in range(SWAP_ROUNDS):
         improved = False
         for i in range(len(rule)):
@@ -372,8 +375,8 @@ def _swap(rule: list[list], column: dict, y, names: list[str], score, best: floa
                 others = np.zeros(len(y), dtype=bool)
                 for k, conjunction in enumerate(rule):
                     if k != i:
-                        others |= conjunction_hit(conjunction)
-                trial = others | (conjunction_hit(rule[i][:j] + rule[i][j + 1:]) & hits)
+                        others |= _hit(conjunction, column, len(y))
+                trial = others | (_hit(rule[i][:j] + rule[i][j + 1:], column, len(y)) & hits)
                 scores = ((trial & positive).sum(axis=1) / max(positive.sum(), 1)
                           + (~trial & negative).sum(axis=1) / max(negative.sum(), 1)) / 2
                 k = int(scores.argmax())
@@ -397,10 +400,7 @@ def _simplify(conditions: list[list], X, y, names: list[str]) -> list[list]:
     def score(rule: list[list]) -> float:
         hit = np.zeros(len(y), dtype=bool)
         for conjunction in rule:
-            part = np.ones(len(y), dtype=bool)
-            for name, op, value in conjunction:
-                part &= _OPS[op](column[name], value)
-            hit |= part
+            hit |= _hit(conjunction, column, len(y))
         return _balanced(hit.astype(int), y)
 
     rule = [list(c) for c in conditions]

@@ -442,10 +442,10 @@ def shown_region(region: dict | None, minimal: Case, boundary: list[dict] | None
 def with_probes(region: dict | None, entries: list[dict], target: str, bucket: str, minimal: Case,
                 boundary: list[dict] | None) -> dict | None:
     """The region as shown (shown_region), learned again with the minimal case and its boundary
-    probes among the cases where the rule learned from `entries` alone is not shown: a probe
-    that failed the same way is a case of the bucket, one that passed a passing case, one that
-    failed otherwise a case of its own bucket (left out). The first reason stands where the
-    second rule is not shown either."""
+    probes among the cases where the rule learned from `entries` (the target's) alone is not
+    shown: a probe that failed the same way is a case of the bucket, one that passed a passing
+    case, one that failed otherwise a case of its own bucket (left out). The first reason
+    stands where the second rule is not shown either."""
     from pipeline.outcome.result import ERROR, PASS
     from pipeline.results.region import learn
     from pipeline.results.report import signature
@@ -458,9 +458,8 @@ def with_probes(region: dict | None, entries: list[dict], target: str, bucket: s
     cases = [{"case": p["case"], "target": target, "geometry": p["geometry"], "backend": p["backend"],
               "flavor": p["flavor"], "status": PASS if p["outcome"] == "pass" else ERROR,
               PROBED: bucket if p["outcome"] == "same" else p["outcome"]} for p in probed]
-    mine = [e for e in entries if e.get("target", target) == target]
     try:
-        again = learn(cases + mine, lambda e: e[PROBED] if PROBED in e else signature(e)).get(bucket)
+        again = learn(cases + list(entries), lambda e: e[PROBED] if PROBED in e else signature(e)).get(bucket)
     except Exception:  # noqa: BLE001 - the report matters more than its rule (as report.add_regions)
         return shown
     again = shown_region(again, minimal, boundary)
@@ -642,7 +641,7 @@ def report_md(cfg: Config, target: str, bucket: str) -> Path:
 
 def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_name: dict, identity: dict,
                    region: dict | None, budget: float, keep_data: bool, log,
-                   learned_from: list[dict] = ()) -> tuple[Path, dict | None]:
+                   learned_from: list[dict]) -> tuple[Path, dict | None]:
     """One bucket's report: its minimal case (an earlier shrink of it, or a shrink now within
     SHRINK_SHARE of `budget`), the boundary probes and the flag trials in the rest; the
     report.md path and the region as shown (with_probes)."""
