@@ -357,9 +357,9 @@ class Config:
         if rule is not None and stage in dict(self.budgets):
             rule = replace(rule, limit=dict(self.budgets)[stage])
         if rule is None or not rule.margin or not self.predicted_timeouts:
-            return cost.limit(rule, cost.Envelope(), geometry_macs(case.geometry), self.timeout, stage)
+            return cost.limit(rule, cost.Envelope(), geometry_macs(case.geometry), self.timeout, stage, case.convs)
         envelope = self.limits.envelope(profile.calibration_file, self.report_dir(case.target), stage)
-        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage)
+        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage, case.convs)
 
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for

@@ -159,3 +159,37 @@ def test_observations_name_their_case_where_the_line_does(tmp_path):
         f.write('{"stage": "compile", "macs": 3')
     assert cost.observations(tmp_path, "compile") == [("conv_a", 100, 0.7), ("", 200, 0.9)]
     assert cost.observations(tmp_path / "nothing", "run") == []
+
+
+def test_a_case_of_several_convs_is_predicted_as_that_many_convs_of_its_share():
+    """A TFLite conv of 102 groups (102 convs of 180 MACs each) is predicted at 102 times a
+    180-MAC conv, not at its 18,360 MACs: the limit no longer sits at the floor its compile
+    nears under load."""
+    envelope = Envelope.of([(192, 0.9), (43_008, 1.85), (908_328_960, 2.97)])  # llvm-cpu's compile corners
+    rule = Rule(limit=600, margin=5, floor=60)
+    alone = limit(rule, envelope, 18_360, timeout=600)
+    assert alone.predicted == 1.85 and alone.seconds == 60  # one conv of 18,360 MACs: the floor
+    split = limit(rule, envelope, 18_360, timeout=600, convs=102)
+    assert split.predicted == pytest.approx(102 * 0.9) and split.seconds == pytest.approx(459.0)
+    assert split.cut_note() == ("its predicted limit (max(floor 60 s, 5 x 91.8 s predicted for 18360 MACs in "
+                                "102 convs)), under its compile budget of 600 s")
+    assert envelope.predict(10**9, convs=2) == 2 * 2.97  # each conv within the range
+    assert envelope.predict(10**10, convs=2) is None  # each conv beyond it: the budget
+    assert limit(rule, envelope, 10**10, timeout=600, convs=2).cut_note() == \
+        "its compile budget is 600 s (no prediction for 10000000000 MACs in 2 convs)"
+
+
+def test_a_run_of_several_convs_enters_the_envelope_per_conv(tmp_path):
+    """Observed and calibrated alike: an invocation's sample is one of its convs, (MACs / convs,
+    seconds / convs), so the 102-conv case above does not raise the limit of a one-conv case of
+    its MACs to its own 36 s."""
+    assert cost.per_conv(18_360, 35.8, 102) == (180, pytest.approx(35.8 / 102))
+    assert cost.per_conv(100, 0.7) == (100, 0.7)
+    cost.observe(tmp_path, "compile", 18_360, 35.8, "conv_g102", convs=102)
+    cost.observe(tmp_path, "compile", 100, 0.7, "conv_a")
+    line = json.loads((tmp_path / cost.OBSERVED).read_text().splitlines()[0])
+    assert line["macs"] == 18_360 and line["convs"] == 102 and line["seconds"] == 35.8
+    assert cost.observations(tmp_path, "compile") == [("conv_g102", 180, pytest.approx(35.8 / 102)),
+                                                      ("conv_a", 100, 0.7)]
+    book = cost.LimitBook(before=time.time() + 1)
+    assert book.envelope(tmp_path / "absent.json", tmp_path, "compile").points == ((100, 0.7), (180, 0.7))

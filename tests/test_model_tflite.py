@@ -139,3 +139,30 @@ def test_a_fused_activation_is_the_conv_op_s_own_and_computes_its_clamp(geometry
                         geometry.activation)
         assert (want == 0).any()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, convs", [
+    (Case(EXTENDED[0], "tflite", "f32"), 1),
+    (Case(EXTENDED[2], "tflite", "f32"), 4),  # grouped: one conv per group
+    (Case(EXTENDED[2], "tflite", "w8i8"), 4),
+    (Case(EXTENDED[2], "onnx", "f32"), 1),  # ONNX keeps the groups in one conv
+    (Case(EXTENDED[3], "tflite", "f32"), 1),  # depthwise, multiplier 2
+    (Case(EXTENDED[5], "tflite", "f32"), 1),  # Conv1D depthwise
+    (Case(EXTENDED[6], "tflite", "f32"), 3),  # Conv1D grouped
+], ids=lambda v: getattr(v, "name", v))
+def test_a_case_s_convs_are_the_conv_ops_of_its_imported_mlir(case, convs, tmp_path):
+    """Case.convs, by which a stage's time limit grows (pipeline/targets/cost.py), counts the
+    conv ops the real importer writes: one per group for a TFLite grouped conv, one for a
+    depthwise one and for an ONNX conv."""
+    import re
+
+    from pipeline.frontends.importer import import_model
+    from pipeline.frontends.model_onnx import build_onnx
+    from pipeline.frontends.model_tflite import build_tflite
+
+    model = tmp_path / case.model_file
+    (build_tflite if case.backend == "tflite" else build_onnx)(case, model)
+    import_model(case, model, tmp_path / "model.mlir", tmp_path / "import.log")
+    ops = re.findall(r"\b(tosa\.conv2d|tosa\.depthwise_conv2d|onnx\.Conv)\b", (tmp_path / "model.mlir").read_text())
+    assert len(ops) == case.convs == convs, ops

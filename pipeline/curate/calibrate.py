@@ -4,7 +4,7 @@ measured run in the build folder.
 Every compile and run invocation the case folders' logs record counts with its wall time,
 passing or failing with a message; one that timed out or could not start does not (its time
 is the limit's, not the tool's). The calibration keeps the upper envelope of those times
-against the case's MACs (pipeline/targets/cost.py), and what each case's chain took, for the
+against the MACs of one of the case's convs (pipeline/targets/cost.py), and what each case's chain took, for the
 order chains start in on a folder with no results of its own (pipeline/engine/history.py).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ LOGS = {"compile": "compile.log", "run": "run.log"}  # the stage's log in a case
 
 def measure(cfg, cases, target) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float]]:
     """From one read of each case's result and logs on the target: (MACs, seconds) of every
-    completed compile and run invocation, per stage; and case name -> seconds its chain took,
+    completed compile and run invocation, per stage and per conv (cost.per_conv); and case name -> seconds its chain took,
     the recorded stage times and every compile and run tool's time, a failing one included
     (the order chains start in follows these). A tool cut at a limit counts in neither: its
     time was the limit's, which the next run's predicted limit may cut far shorter."""
@@ -44,7 +44,7 @@ def measure(cfg, cases, target) -> tuple[dict[str, list[tuple[int, float]]], dic
                     continue
                 seconds += took
                 if tool == tools[stage]:
-                    samples[stage].append((count, took))
+                    samples[stage].append(cost.per_conv(count, took, case.convs))
         if stages is not None:
             chains[case.name] = round(seconds, 2)
     return samples, chains

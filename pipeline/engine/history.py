@@ -59,7 +59,7 @@ def _envelopes(cfg, target: str) -> list:
 def estimate(case, envelopes) -> float:
     """The cost model's seconds for the case's chain, with its target's envelopes."""
     count = shard.macs(case)
-    predicted = (envelope.predict(count) for envelope in envelopes)
+    predicted = (envelope.predict(count, case.convs) for envelope in envelopes)
     return shard.cost(case) + sum(p for p in predicted if p is not None)
 
 

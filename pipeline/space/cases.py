@@ -88,6 +88,15 @@ class Case:
         return MODEL_FILE[self.backend]
 
     @property
+    def convs(self) -> int:
+        """The conv ops its imported MLIR holds: the TFLite converter writes a grouped conv that
+        is not depthwise as one conv per group (slices, the convs, a concat); every other case
+        is one conv (tests/test_model_tflite.py counts them in the importer's MLIR). A stage's
+        time follows its convs as well as its MACs (pipeline/targets/cost.py)."""
+        g = self.geometry
+        return g.groups if self.backend == "tflite" and g.groups > 1 and not g.depthwise else 1
+
+    @property
     def seed(self) -> int:
         """Seed of this case's inputs: stable across runs and machines (a case cropping another's
         data: that case's)."""

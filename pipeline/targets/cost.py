@@ -1,10 +1,10 @@
-"""Time limits that follow a case's cost: a stage's predicted seconds from its MACs, measured.
+"""Time limits that follow a case's cost: a stage's predicted seconds from its MACs and convs, measured.
 
 A tool that hangs on a 270-MAC case should not hold a core for the ten minutes a c512 compile
 may legitimately need. Each target profile names, per timed stage (compile, run), a budget (its hard limit)
 and the rule for a case's own limit (`timeouts` in pipeline/targets/targets.json):
 
-    limit = min(CONV_SWEEP_TIMEOUT, budget, max(floor, margin × predicted(MACs)))
+    limit = min(CONV_SWEEP_TIMEOUT, budget, max(floor, margin × predicted(MACs, convs)))
 
 predicted(MACs) comes from the target's calibration (pipeline/targets/costs/<target>.json),
 written by `doit calibrate` from a measured run: the upper envelope of the stage's measured
@@ -19,7 +19,18 @@ falls as MACs grow:
 (the slowest of cases up to half a decade larger, SPAN = 10 ** 0.5: a stage's time grows at
 most in proportion to its MACs, so a case up to SPAN times larger than the envelope's nearest
 point is covered by the margin). A case larger than SPAN × the largest calibrated one has no
-prediction: it gets the budget. The margin (a multiple of the slowest time seen at that
+prediction: it gets the budget.
+
+A case whose model holds several convs (Case.convs: the TFLite converter writes a grouped conv
+as one conv per group) is predicted as that many convs of its MACs / convs each:
+
+    predicted(MACs, convs) = convs × predicted(MACs / convs)
+
+since a tool does the work of each op in turn, and each takes at most what a one-conv case of
+its size takes (start-up included, so this errs long). By MACs alone, a TFLite conv of 102
+groups of 180 MACs each was predicted at 1.85 s: cut at the 60-s floor under load, it compiles
+in 36 s on a quiet machine (docs/measurements.md). Samples enter an envelope the same way, per
+conv: (MACs / convs, seconds / convs). The margin (a multiple of the slowest time seen at that
 size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
 start-up under load) are in the profile, with their reasons in docs/targets.md.
 
@@ -122,13 +133,20 @@ class Envelope:
         raised = [(m, max(s, self.predict(m) or 0.0)) for m, s in samples]
         return Envelope.of([*self.points, *raised])
 
-    def predict(self, count: int) -> float | None:
-        """Seconds predicted for a case of `count` MACs, or None beyond the calibrated range."""
-        if not self.points or count > SPAN * self.points[-1][0]:
+    def predict(self, count: int, convs: int = 1) -> float | None:
+        """Seconds predicted for a case of `count` MACs in `convs` convs (each of count / convs
+        MACs), or None beyond the calibrated range."""
+        each = -(-count // convs)
+        if not self.points or each > SPAN * self.points[-1][0]:
             return None
         macs = [m for m, _ in self.points]
-        index = bisect.bisect_right(macs, SPAN * count) - 1
-        return self.points[max(index, 0)][1]
+        index = bisect.bisect_right(macs, SPAN * each) - 1
+        return convs * self.points[max(index, 0)][1]
+
+
+def per_conv(count: int, seconds: float, convs: int = 1) -> tuple[int, float]:
+    """One invocation's (MACs, seconds) as an envelope sample: those of one of its convs."""
+    return -(-count // convs), seconds / convs
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,7 @@ class Limit:
     floor: float = 0.0
     stage: str = "compile"
     unbudgeted: float | None = None  # what the limit would be without the budget (CONV_SWEEP_TIMEOUT caps it)
+    convs: int = 1  # the conv ops of its model (Case.convs): the prediction is per conv
 
     @property
     def cut_early(self) -> bool:
@@ -152,9 +171,10 @@ class Limit:
     def cut_note(self) -> str:
         """Why the limit was what it was, for the reason of a cut at it: the budget, the
         prediction, and the time the case would have had without the budget."""
+        size = f"{self.macs} MACs" + (f" in {self.convs} convs" if self.convs > 1 else "")
         if self.predicted is None:
-            return f"its {self.stage} budget is {self.hard:g} s (no prediction for {self.macs} MACs)"
-        predicted = f"{self.predicted:.3g} s predicted for {self.macs} MACs"
+            return f"its {self.stage} budget is {self.hard:g} s (no prediction for {size})"
+        predicted = f"{self.predicted:.3g} s predicted for {size}"
         if self.cut_early:
             return (f"its predicted limit (max(floor {self.floor:g} s, {self.margin:g} x {predicted})), "
                     f"under its {self.stage} budget of {self.hard:g} s")
@@ -162,16 +182,17 @@ class Limit:
                 f"{self.unbudgeted:g} s = max(floor {self.floor:g} s, {self.margin:g} x predicted))")
 
 
-def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float, stage: str = "compile") -> Limit:
-    """The limit of one invocation: the budget (the profile's hard limit, CONV_SWEEP_TIMEOUT at
-    most), lowered to the case's predicted cost where the profile has a margin and the
-    calibration covers it."""
+def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float, stage: str = "compile",
+          convs: int = 1) -> Limit:
+    """The limit of one invocation of a case of `count` MACs in `convs` convs: the budget (the
+    profile's hard limit, CONV_SWEEP_TIMEOUT at most), lowered to the case's predicted cost
+    where the profile has a margin and the calibration covers it."""
     hard = min(timeout, rule.limit) if rule else timeout
-    predicted = envelope.predict(count) if rule and rule.margin and envelope.points else None
+    predicted = envelope.predict(count, convs) if rule and rule.margin and envelope.points else None
     if predicted is None:
-        return Limit(hard, hard, macs=count, stage=stage)
+        return Limit(hard, hard, macs=count, stage=stage, convs=convs)
     unbudgeted = round(min(timeout, max(rule.floor, rule.margin * predicted)), 1)
-    return Limit(min(hard, unbudgeted), hard, predicted, count, rule.margin, rule.floor, stage, unbudgeted)
+    return Limit(min(hard, unbudgeted), hard, predicted, count, rule.margin, rule.floor, stage, unbudgeted, convs)
 
 
 # ------------------------------------------------------------------ calibration files
@@ -236,12 +257,12 @@ def write_calibration(target: str, samples: dict[str, list], measured: str, path
 
 # ------------------------------------------------------------------ a run's own observations
 
-def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str = "") -> None:
-    """Record one completed invocation of `case` in the build folder (one appended line:
-    concurrent writers do not interleave within a line this short)."""
+def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str = "", convs: int = 1) -> None:
+    """Record one completed invocation of `case` (`count` MACs in `convs` convs) in the build
+    folder (one appended line: concurrent writers do not interleave within a line this short)."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    entry = {"stage": stage, "macs": count, "seconds": round(seconds, 3), **({"case": case} if case else {}),
-             "at": round(time.time(), 3)}
+    entry = {"stage": stage, "macs": count, **({"convs": convs} if convs > 1 else {}), "seconds": round(seconds, 3),
+             **({"case": case} if case else {}), "at": round(time.time(), 3)}
     line = json.dumps(entry) + "\n"
     fd = os.open(report_dir / OBSERVED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -280,6 +301,7 @@ class LimitBook:
 
 
 def _read_observed(report_dir: Path) -> list[tuple[str, int, float, str, float]]:
+    """(stage, MACs, seconds, case name, when) of each recorded invocation, per conv (per_conv)."""
     try:
         return list(_entries((Path(report_dir) / OBSERVED).read_text(errors="replace")))
     except OSError:
@@ -288,18 +310,19 @@ def _read_observed(report_dir: Path) -> list[tuple[str, int, float, str, float]]
 
 def observations(report_dir: Path, stage: str) -> list[tuple[str, int, float]]:
     """(case name, MACs, seconds) of each completed invocation of `stage` recorded in this build
-    folder (the name is "" in lines written without it)."""
+    folder, per conv (per_conv; the name is "" in lines written without it)."""
     return [(case, count, seconds) for stage_of, count, seconds, case, _ in _read_observed(report_dir)
             if stage_of == stage]
 
 
 def _entries(text: str):
     """(stage, MACs, seconds, case name or "", when) of each well-formed line of an observation
-    file (a torn last line is skipped; `when` is 0 in lines written without it)."""
+    file, per conv (a torn last line is skipped; `when` is 0 in lines written without it, and
+    `convs` 1)."""
     for line in text.splitlines():
         try:
             entry = json.loads(line)
-            yield (entry["stage"], int(entry["macs"]), float(entry["seconds"]), str(entry.get("case", "")),
-                   float(entry.get("at", 0.0)))
+            count, seconds = per_conv(int(entry["macs"]), float(entry["seconds"]), max(int(entry.get("convs", 1)), 1))
+            yield entry["stage"], count, seconds, str(entry.get("case", "")), float(entry.get("at", 0.0))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue

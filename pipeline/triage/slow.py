@@ -63,13 +63,14 @@ def predicted_seconds(cfg: Config, case: Case, stage: str) -> float | None:
 
 def typical_seconds(cfg: Config, case: Case, stage: str, exclude: tuple[str, ...] = ()) -> float | None:
     """The stage's typical seconds at the case's size (this module's docstring): the slowest of
-    this sweep's other completed invocations of cases up to cost.SPAN times its MACs, without
+    this sweep's other completed invocations of cases up to cost.SPAN times its MACs (per conv,
+    times its convs: cost.Envelope.predict), without
     those of the cases named in `exclude` (a shrink's original); the calibration's prediction
     where the sweep measured none that large; None without either."""
     timeouts = tuple(e for e in cfg.target(case.target).expectations if e.may_finish and e.stage == stage)
     normal = [(count, seconds) for name, count, seconds in cost.observations(cfg.report_dir(case.target), stage)
               if name != case.name and name not in exclude and not (name and match(name, timeouts))]
-    seconds = cost.Envelope.of(normal).predict(macs(case.geometry))
+    seconds = cost.Envelope.of(normal).predict(macs(case.geometry), case.convs)
     return seconds if seconds is not None else predicted_seconds(cfg, case, stage)
 
 
