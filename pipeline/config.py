@@ -351,15 +351,29 @@ class Config:
         """The seconds one `stage` invocation (compile, run) of the case may take: the budget
         (CONV_SWEEP_TIMEOUT, the profile's), lowered to the case's predicted cost
         (pipeline/targets/cost.py) from the target's calibration, widened by what this build
-        folder's runs measured before this one started (the run's limit book)."""
+        folder's runs measured before this one started (the run's limit book); a run's, once
+        its module is compiled, also from the compiler's estimated cycles where it gives them."""
         profile = self.target(case.target).profile
         rule = profile.rule(stage)
         if rule is not None and stage in dict(self.budgets):
             rule = replace(rule, limit=dict(self.budgets)[stage])
+        count = geometry_macs(case.geometry)
         if rule is None or not rule.margin or not self.predicted_timeouts:
-            return cost.limit(rule, cost.Envelope(), geometry_macs(case.geometry), self.timeout, stage, case.convs)
-        envelope = self.limits.envelope(profile.calibration_file, self.report_dir(case.target), stage)
-        return cost.limit(rule, envelope, geometry_macs(case.geometry), self.timeout, stage, case.convs)
+            return cost.limit(rule, cost.Envelope(), count, self.timeout, stage, case.convs)
+        book, calibration, folder = self.limits, profile.calibration_file, self.report_dir(case.target)
+        cycles = self.estimated_cycles(case) if stage in cost.BY_CYCLES else None
+        return cost.limit(rule, book.envelope(calibration, folder, stage), count, self.timeout, stage, case.convs,
+                          cycles, book.envelope(calibration, folder, stage, "cycles") if cycles else cost.Envelope())
+
+    def estimated_cycles(self, case: Case) -> float | None:
+        """The compiler's estimate of the case's compiled module's execution, in cycles, where
+        its profile asks the compiler for one and the module is compiled (torq-compile's
+        timeline, pipeline/targets/compiler.py); else None."""
+        from pipeline.targets.compiler import PROFILE, estimated_time
+
+        if not self.target(case.target).profile.profiling:
+            return None
+        return estimated_time(self.case_dir(case) / PROFILE)
 
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for

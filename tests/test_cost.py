@@ -193,3 +193,45 @@ def test_a_run_of_several_convs_enters_the_envelope_per_conv(tmp_path):
                                                       ("conv_a", 100, 0.7)]
     book = cost.LimitBook(before=time.time() + 1)
     assert book.envelope(tmp_path / "absent.json", tmp_path, "compile").points == ((100, 0.7), (180, 0.7))
+
+
+def test_a_run_s_limit_follows_the_compiler_s_estimated_cycles_where_they_predict_longer():
+    """torq's simulator runs as long as the NPU program it simulates: a conv of 33.6 M MACs and
+    3.5 M estimated cycles ran 17 s against the 42 s its MACs allowed. The larger prediction
+    counts; the cycles never lower a limit, and past their calibrated range give the budget."""
+    by_macs = Envelope.of([(10_000_000, 5.74), (52_428_800, 8.4), (146_800_640, 37.26)])
+    by_cycles = Envelope.of([(100_000, 0.3), (1_000_000, 4.0), (4_000_000, 20.0)])
+    rule = Rule(limit=240, margin=5, floor=20)
+    alone = limit(rule, by_macs, 33_554_304, timeout=3600, stage="run")
+    assert alone.predicted == 8.4 and alone.seconds == 42
+    slow = limit(rule, by_macs, 33_554_304, timeout=3600, stage="run", cycles=3_530_567, by_cycles=by_cycles)
+    assert slow.predicted == 20.0 and slow.seconds == 100 and slow.cycles == 3_530_567
+    assert slow.cut_note() == ("its predicted limit (max(floor 20 s, 5 x 20 s predicted for 33554304 MACs and "
+                               "3530567 estimated cycles)), under its run budget of 240 s")
+    fast = limit(rule, by_macs, 33_554_304, timeout=3600, stage="run", cycles=50_000, by_cycles=by_cycles)
+    assert fast.predicted == 8.4 and fast.seconds == 42  # the cycles predict less: the MACs' limit stands
+    beyond = limit(rule, by_macs, 33_554_304, timeout=3600, stage="run", cycles=10**8, by_cycles=by_cycles)
+    assert beyond.predicted is None and beyond.seconds == 240  # past SPAN x the largest calibrated cycles
+    assert limit(rule, by_macs, 33_554_304, timeout=3600, stage="run", cycles=3_530_567).seconds == 42  # none calibrated
+
+
+def test_cycles_are_calibrated_and_observed_beside_the_macs(tmp_path):
+    path = cost.write_calibration("t", {"compile": [(10, 1.0)], "run": [(10, 0.5), (1000, 2.0)]}, "by hand",
+                                  tmp_path / "t.json", cycles={"run": [(5000, 0.5), (90_000, 2.0), (60_000, 1.0)]})
+    data = json.loads(path.read_text())
+    assert data["stages"]["run"]["cycles"] == [[5000, 0.5], [60000, 1.0], [90000, 2.0]]
+    assert "cycles" not in data["stages"]["compile"]
+    assert cost.calibrated(path, "run", "cycles").points == ((5000, 0.5), (60_000, 1.0), (90_000, 2.0))
+    assert cost.calibrated(path, "compile", "cycles").points == ()
+    assert cost.calibrated(path, "run").points == ((10, 0.5), (1000, 2.0))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stages": {"run": {"points": [[1, 1.0]], "cycles": [[1]]}}}))
+    with pytest.raises(ConfigError, match="stages.run"):
+        cost.calibrated(bad, "run", "cycles")
+    cost.observe(tmp_path, "run", 1000, 30.0, "conv_slow", cycles=200_000)
+    cost.observe(tmp_path, "run", 10, 0.2, "conv_fast")  # no estimate: a MAC sample only
+    assert json.loads((tmp_path / cost.OBSERVED).read_text().splitlines()[0])["cycles"] == 200_000
+    book = cost.LimitBook(before=time.time() + 1)
+    assert book.envelope(path, tmp_path, "run", "cycles").points == \
+        ((5000, 0.5), (60_000, 1.0), (90_000, 2.0), (200_000, 30.0))
+    assert book.envelope(path, tmp_path, "run").points == ((10, 0.5), (1000, 30.0))

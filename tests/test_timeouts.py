@@ -3,7 +3,8 @@ that hangs on a tiny case is cut at that case's predicted limit, seconds, not th
 a `timeout` whose reason says so; a slow but legitimate case, well over the floor, is not cut;
 the run's completed invocations are observed; with CONV_SWEEP_TIMEOUTS=fixed the same hang runs
 to the budget. A compile past its budget (CONV_SWEEP_BUDGET) is a `timeout` too: listed, it is
-`xfail` and the run is green; listed but finishing within a larger budget, it runs on and passes."""
+`xfail` and the run is green; listed but finishing within a larger budget, it runs on and passes.
+A torq run's limit follows torq-compile's estimated cycles where the calibration has them."""
 import json
 import pytest
 
@@ -171,3 +172,61 @@ def test_a_known_timeout_is_a_result_until_its_budget_rises_or_it_is_retried(tmp
     assert sweep("compile=6")[0]["store"]
     stage, log = sweep("compile=6", "--retry-timeouts")
     assert stage == {"seconds": 6.0, "cut": True} and "taken from the store" not in log
+
+
+# torq's simulator behind a wrapper that adds 6 s to every run
+SLOW_SIMULATOR = """#!/bin/sh
+sleep 6
+exec {real} "$@"
+"""
+TORQ_CASE = {"category": "torq", "rank": 2, "spatial": [12, 10], "kernel": [3, 3], "stride": [1, 1], "c_in": 16,
+             "c_out": 8}
+
+
+@pytest.mark.parametrize("by_cycles", [False, True], ids=["macs only", "with the estimated cycles"])
+def test_a_torq_run_s_limit_follows_the_compiler_s_estimated_cycles(tmp_path, by_cycles):
+    """A calibration whose runs by MACs say 0.3 s at this size, and by torq-compile's estimated
+    cycles 10 s at any count up to 10^9: with margin 3 and floor 3 s, the case's run may take
+    3 s by its MACs alone, and is cut (its 6 s of sleep); with the cycles its limit is 3 x 10 s,
+    and it passes. Its observed run carries the cycles of the module's own timeline, and
+    `doit calibrate` calibrates its run against them."""
+    from pipeline.config import Config
+    from pipeline.space.cases import Case
+    from pipeline.space.geometry import Geometry
+    from pipeline.targets.compiler import PROFILE, estimated_time
+
+    real = Config.from_env(clean_env(CONV_SWEEP_TARGET="torq")).target("torq").runner
+    runner = tmp_path / "slow-run-module"
+    runner.write_text(SLOW_SIMULATOR.format(real=real))
+    runner.chmod(0o755)
+    stages = {"run": {"points": [[_macs(TORQ_CASE), 0.3]], **({"cycles": [[10**9, 10.0]]} if by_cycles else {})}}
+    (tmp_path / "cal.json").write_text(json.dumps({"measured": "by hand", "stages": stages}))
+    profile = {"base": "torq", "runner": str(runner), "flavors": ["tflite_w8i8"], "calibration": "cal.json",
+               "timeouts": RULES}
+    (tmp_path / "targets.json").write_text(json.dumps({"targets": {"torqcut": profile}}))
+    env = clean_env(CONV_SWEEP_SPEC=write_spec(tmp_path / "spec.json", [TORQ_CASE]), CONV_SWEEP_N=0,
+                    CONV_SWEEP_BUILD_DIR=tmp_path / "build", CONV_SWEEP_TARGETS_FILE=tmp_path / "targets.json",
+                    CONV_SWEEP_TARGET="torqcut")
+    run = doit("sweep", env=env, timeout=900)
+    (found,) = results(tmp_path / "build", "torqcut").values()
+    cfg = Config.from_env(env)
+    case = Case(Geometry.from_dict({k: v for k, v in TORQ_CASE.items() if k != "category"}), "tflite", "w8i8",
+                target="torqcut")
+    cycles = estimated_time(cfg.case_dir(case) / PROFILE)
+    assert cycles and cfg.estimated_cycles(case) == cycles
+    if not by_cycles:
+        assert run.returncode != 0 and (found["status"], found["stage"]) == ("timeout", "run"), found
+        assert found["reason"] == ("slow-run-module timed out after 3 s: its predicted limit (max(floor 3 s, "
+                                   f"3 x 0.3 s predicted for {_macs(TORQ_CASE)} MACs)), under its run budget of 600 s")
+        return
+    assert run.returncode == 0 and found["status"] == "pass", found
+    assert found["stages"]["run"]["seconds"] > 6
+    assert cfg.limit(case, "run").seconds == 30 and cfg.limit(case, "run").cycles == cycles
+    (observed,) = [json.loads(line) for line in
+                   (tmp_path / "build" / "report" / "torqcut" / "observed-costs.jsonl").read_text().splitlines()
+                   if json.loads(line)["stage"] == "run"]
+    assert observed["cycles"] == round(cycles) and observed["case"] == found["case"]
+    calibrated = doit("calibrate", "--out", str(tmp_path / "recalibrated"), env=env)  # from this run, the same
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    (point,) = json.loads((tmp_path / "recalibrated" / "torqcut.json").read_text())["stages"]["run"]["cycles"]
+    assert point[0] == round(cycles) and point[1] > 6

@@ -177,7 +177,8 @@ def _observe(cfg: Config, case: Case, stage: str, seconds: float) -> None:
     """Record a completed invocation in the target's observed costs (its limit rises with it for
     larger cases, pipeline/targets/cost.py)."""
     if cfg.target(case.target).profile.rule(stage):
-        cost.observe(cfg.report_dir(case.target), stage, geometry_macs(case.geometry), seconds, case.name, case.convs)
+        cost.observe(cfg.report_dir(case.target), stage, geometry_macs(case.geometry), seconds, case.name, case.convs,
+                     cfg.estimated_cycles(case) if stage in cost.BY_CYCLES else None)
 
 
 @contextmanager

@@ -19,7 +19,9 @@ falls as MACs grow:
 (the slowest of cases up to half a decade larger, SPAN = 10 ** 0.5: a stage's time grows at
 most in proportion to its MACs, so a case up to SPAN times larger than the envelope's nearest
 point is covered by the margin). A case larger than SPAN × the largest calibrated one has no
-prediction: it gets the budget.
+prediction: it gets the budget. The margin (a multiple of the slowest time seen at that
+size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
+start-up under load) are in the profile, with their reasons in docs/targets.md.
 
 A case whose model holds several convs (Case.convs: the TFLite converter writes a grouped conv
 as one conv per group) is predicted as that many convs of its MACs / convs each:
@@ -30,9 +32,19 @@ since a tool does the work of each op in turn, and each takes at most what a one
 its size takes (start-up included, so this errs long). By MACs alone, a TFLite conv of 102
 groups of 180 MACs each was predicted at 1.85 s: cut at the 60-s floor under load, it compiles
 in 36 s on a quiet machine (docs/measurements.md). Samples enter an envelope the same way, per
-conv: (MACs / convs, seconds / convs). The margin (a multiple of the slowest time seen at that
-size, for a loaded machine) and the floor (seconds no case is cut before, for a tool's
-start-up under load) are in the profile, with their reasons in docs/targets.md.
+conv: (MACs / convs, seconds / convs).
+
+Where the compiler estimates the module's execution (torq-compile's profiling timeline: its NPU
+cycles, Config.estimated_cycles), the run's prediction is also the envelope of run seconds
+against those cycles, and the larger of the two counts:
+
+    predicted_run = max(predicted(MACs, convs), predicted_cycles(cycles))
+
+torq's simulator runs for as long as the NPU program it simulates, not as the MACs say: over the
+473 completed simulator runs of two hour-long hunts, log seconds correlate at 0.88 with log
+estimated cycles and 0.69 with log MACs, and a conv of 33.6 M MACs but 3.5 M cycles ran 17 s
+against its 42-s limit from MACs (docs/measurements.md). The cycles only ever raise a limit; a
+case past SPAN × the largest calibrated cycles has no prediction, as by MACs.
 
 A build folder's completed invocations widen the envelope, never narrow it (`observe`, per
 build folder): a slow case the calibration did not see raises the limits of every case at
@@ -62,6 +74,7 @@ from pipeline.core.tools import write_text
 
 COSTS_DIR = Path(__file__).parent / "costs"
 TIMED = ("compile", "run")  # the stages whose limit follows the case's cost
+BY_CYCLES = ("run",)  # the stages also predicted from the compiler's estimated cycles, where it gives them
 # How much slower the same tool on the same input runs on a slow day than on a fast one
 # (docs/targets.md, budgets; docs/measurements.md): a stage that took more than
 # budget / DAY_SPREAD may be cut on another day, so `doit accept_failures` lists it as a
@@ -162,6 +175,7 @@ class Limit:
     stage: str = "compile"
     unbudgeted: float | None = None  # what the limit would be without the budget (CONV_SWEEP_TIMEOUT caps it)
     convs: int = 1  # the conv ops of its model (Case.convs): the prediction is per conv
+    cycles: float | None = None  # the compiler's estimated cycles of the module, where the calibration predicts from them
 
     @property
     def cut_early(self) -> bool:
@@ -171,7 +185,8 @@ class Limit:
     def cut_note(self) -> str:
         """Why the limit was what it was, for the reason of a cut at it: the budget, the
         prediction, and the time the case would have had without the budget."""
-        size = f"{self.macs} MACs" + (f" in {self.convs} convs" if self.convs > 1 else "")
+        size = f"{self.macs} MACs" + (f" in {self.convs} convs" if self.convs > 1 else "") + \
+            (f" and {self.cycles:.0f} estimated cycles" if self.cycles else "")
         if self.predicted is None:
             return f"its {self.stage} budget is {self.hard:g} s (no prediction for {size})"
         predicted = f"{self.predicted:.3g} s predicted for {size}"
@@ -183,16 +198,22 @@ class Limit:
 
 
 def limit(rule: Rule | None, envelope: Envelope, count: int, timeout: float, stage: str = "compile",
-          convs: int = 1) -> Limit:
+          convs: int = 1, cycles: float | None = None, by_cycles: Envelope = Envelope()) -> Limit:
     """The limit of one invocation of a case of `count` MACs in `convs` convs: the budget (the
     profile's hard limit, CONV_SWEEP_TIMEOUT at most), lowered to the case's predicted cost
-    where the profile has a margin and the calibration covers it."""
+    where the profile has a margin and the calibration covers it; with the compiler's estimated
+    `cycles` and an envelope of seconds against them (`by_cycles`), the larger prediction."""
     hard = min(timeout, rule.limit) if rule else timeout
     predicted = envelope.predict(count, convs) if rule and rule.margin and envelope.points else None
+    cycles = cycles if cycles and by_cycles.points and predicted is not None else None
+    if cycles:
+        by_them = by_cycles.predict(int(cycles))
+        predicted = None if by_them is None else max(predicted, by_them)
     if predicted is None:
-        return Limit(hard, hard, macs=count, stage=stage, convs=convs)
+        return Limit(hard, hard, macs=count, stage=stage, convs=convs, cycles=cycles)
     unbudgeted = round(min(timeout, max(rule.floor, rule.margin * predicted)), 1)
-    return Limit(min(hard, unbudgeted), hard, predicted, count, rule.margin, rule.floor, stage, unbudgeted, convs)
+    return Limit(min(hard, unbudgeted), hard, predicted, count, rule.margin, rule.floor, stage, unbudgeted, convs,
+                 cycles)
 
 
 # ------------------------------------------------------------------ calibration files
@@ -201,9 +222,15 @@ def calibration_path(target: str) -> Path:
     return COSTS_DIR / f"{target}.json"
 
 
+def _points(value) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p) for p in value)
+
+
 @lru_cache(maxsize=None)
 def _calibration(path: str, mtime: float) -> tuple[dict, dict]:
-    """A calibration file's envelopes per stage and its chains' seconds per case, read once per mtime."""
+    """A calibration file's envelopes per (stage, measure: "macs" or "cycles") and its chains'
+    seconds per case, read once per mtime."""
     data = load_json(path, f"calibration {path}")
     stages = data.get("stages") if isinstance(data, dict) else None
     if not isinstance(stages, dict):
@@ -211,11 +238,11 @@ def _calibration(path: str, mtime: float) -> tuple[dict, dict]:
     envelopes = {}
     for stage, entry in stages.items():
         points = entry.get("points") if isinstance(entry, dict) else None
-        if stage not in TIMED or not isinstance(points, list) or not all(
-                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p) for p in points):
+        if stage not in TIMED or not _points(points) or not _points(entry.get("cycles", [])):
             raise ConfigError(f"{path}.stages.{stage}", entry, "must be {points: [[macs, seconds], ...]} "
-                              f"for a stage of {', '.join(TIMED)}")
-        envelopes[stage] = Envelope.of(points)
+                              f"(and cycles: [[cycles, seconds], ...]) for a stage of {', '.join(TIMED)}")
+        envelopes[stage, "macs"] = Envelope.of(points)
+        envelopes[stage, "cycles"] = Envelope.of(entry.get("cycles", []))
     chains = data.get("chains", {})
     if not isinstance(chains, dict) or not all(isinstance(v, (int, float)) for v in chains.values()):
         raise ConfigError(f"{path}.chains", "...", "must be an object of {case: seconds}")
@@ -230,9 +257,10 @@ def _read(path: Path) -> tuple[dict, dict]:
     return _calibration(str(path), mtime)
 
 
-def calibrated(path: Path, stage: str) -> Envelope:
-    """The envelope of a stage in a calibration file (empty where the file does not exist)."""
-    return _read(path)[0].get(stage, Envelope())
+def calibrated(path: Path, stage: str, measure: str = "macs") -> Envelope:
+    """The envelope of a stage's seconds against a measure ("macs", per conv, or "cycles") in a
+    calibration file (empty where the file, or that measure, does not exist)."""
+    return _read(path)[0].get((stage, measure), Envelope())
 
 
 def measured_chains(path: Path) -> dict[str, float]:
@@ -241,15 +269,18 @@ def measured_chains(path: Path) -> dict[str, float]:
 
 
 def write_calibration(target: str, samples: dict[str, list], measured: str, path: Path | None = None,
-                      chains: dict[str, float] | None = None) -> Path:
-    """Write a target's calibration from (macs, seconds) samples per stage, and what each
-    case's chain took in the measured run."""
+                      chains: dict[str, float] | None = None, cycles: dict[str, list] | None = None) -> Path:
+    """Write a target's calibration from (macs, seconds) samples per stage, the (estimated
+    cycles, seconds) samples of the stages of BY_CYCLES where the compiler gave them, and what
+    each case's chain took in the measured run."""
     path = path or calibration_path(target)
     stages = {}
     for stage in TIMED:
         envelope = Envelope.of(samples.get(stage, []))
         stages[stage] = {"invocations": len(samples.get(stage, [])),
                          "points": [[m, round(s, 3)] for m, s in envelope.points]}
+        if (cycles or {}).get(stage):
+            stages[stage]["cycles"] = [[round(c), round(s, 3)] for c, s in Envelope.of(cycles[stage]).points]
     document = {"measured": measured, "stages": stages, "chains": dict(sorted((chains or {}).items()))}
     write_text(path, json.dumps(document, indent=1) + "\n")
     return path
@@ -257,11 +288,14 @@ def write_calibration(target: str, samples: dict[str, list], measured: str, path
 
 # ------------------------------------------------------------------ a run's own observations
 
-def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str = "", convs: int = 1) -> None:
-    """Record one completed invocation of `case` (`count` MACs in `convs` convs) in the build
-    folder (one appended line: concurrent writers do not interleave within a line this short)."""
+def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str = "", convs: int = 1,
+            cycles: float | None = None) -> None:
+    """Record one completed invocation of `case` (`count` MACs in `convs` convs, `cycles` the
+    compiler's estimate where it gave one) in the build folder (one appended line: concurrent
+    writers do not interleave within a line this short)."""
     report_dir.mkdir(parents=True, exist_ok=True)
-    entry = {"stage": stage, "macs": count, **({"convs": convs} if convs > 1 else {}), "seconds": round(seconds, 3),
+    entry = {"stage": stage, "macs": count, **({"convs": convs} if convs > 1 else {}),
+             **({"cycles": round(cycles)} if cycles else {}), "seconds": round(seconds, 3),
              **({"case": case} if case else {}), "at": round(time.time(), 3)}
     line = json.dumps(entry) + "\n"
     fd = os.open(report_dir / OBSERVED, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -273,9 +307,10 @@ def observe(report_dir: Path, stage: str, count: int, seconds: float, case: str 
 
 class LimitBook:
     """One run's time limits, and the one place that answers them (Config.limit asks it). Each
-    stage's envelope is its target's calibration widened by the invocations the build folder
-    recorded before `before` (a time.time(): the run's start), read once per (calibration,
-    folder, stage); what this run records counts from the next run on. The book travels with
+    stage's envelope (per measure: MACs, or the compiler's estimated cycles) is its target's
+    calibration widened by the invocations the build folder recorded before `before` (a
+    time.time(): the run's start), read once per (calibration, folder, stage, measure); what
+    this run records counts from the next run on. The book travels with
     its Config to Dask workers (it pickles without its lock), and gives the same answers there."""
 
     def __init__(self, before: float | None):
@@ -283,13 +318,14 @@ class LimitBook:
         self._envelopes: dict[tuple[str, str, str], Envelope] = {}
         self._lock = threading.Lock()
 
-    def envelope(self, calibration: Path, report_dir: Path, stage: str) -> Envelope:
-        key = (str(calibration), str(report_dir), stage)
+    def envelope(self, calibration: Path, report_dir: Path, stage: str, measure: str = "macs") -> Envelope:
+        key = (str(calibration), str(report_dir), stage, measure)
         with self._lock:
             if key not in self._envelopes:
-                samples = [(count, seconds) for stage_of, count, seconds, _, at in _read_observed(report_dir)
-                           if stage_of == stage and (self.before is None or at < self.before)]
-                self._envelopes[key] = calibrated(calibration, stage).widened(samples)
+                samples = [(e.count if measure == "macs" else e.cycles, e.seconds if measure == "macs" else e.took)
+                           for e in _read_observed(report_dir) if e.stage == stage and
+                           (self.before is None or e.at < self.before) and (measure == "macs" or e.cycles)]
+                self._envelopes[key] = calibrated(calibration, stage, measure).widened(samples)
             return self._envelopes[key]
 
     def __getstate__(self):
@@ -300,8 +336,21 @@ class LimitBook:
         self.before, self._envelopes, self._lock = state["before"], state["envelopes"], threading.Lock()
 
 
-def _read_observed(report_dir: Path) -> list[tuple[str, int, float, str, float]]:
-    """(stage, MACs, seconds, case name, when) of each recorded invocation, per conv (per_conv)."""
+@dataclass(frozen=True)
+class Observed:
+    """One line of a build folder's observed costs."""
+
+    stage: str
+    count: int  # MACs of one of its convs (per_conv)
+    seconds: float  # seconds per conv (per_conv)
+    case: str  # "" in lines written without it
+    at: float  # when it was recorded; 0 in lines written without it
+    cycles: int | None  # the compiler's estimated cycles of the module, where it gave them
+    took: float  # the invocation's seconds
+
+
+def _read_observed(report_dir: Path) -> list[Observed]:
+    """Each recorded invocation of the build folder."""
     try:
         return list(_entries((Path(report_dir) / OBSERVED).read_text(errors="replace")))
     except OSError:
@@ -311,18 +360,19 @@ def _read_observed(report_dir: Path) -> list[tuple[str, int, float, str, float]]
 def observations(report_dir: Path, stage: str) -> list[tuple[str, int, float]]:
     """(case name, MACs, seconds) of each completed invocation of `stage` recorded in this build
     folder, per conv (per_conv; the name is "" in lines written without it)."""
-    return [(case, count, seconds) for stage_of, count, seconds, case, _ in _read_observed(report_dir)
-            if stage_of == stage]
+    return [(e.case, e.count, e.seconds) for e in _read_observed(report_dir) if e.stage == stage]
 
 
 def _entries(text: str):
-    """(stage, MACs, seconds, case name or "", when) of each well-formed line of an observation
-    file, per conv (a torn last line is skipped; `when` is 0 in lines written without it, and
-    `convs` 1)."""
+    """Each well-formed line of an observation file as Observed (a torn last line is skipped;
+    `convs` is 1 in lines written without it)."""
     for line in text.splitlines():
         try:
             entry = json.loads(line)
-            count, seconds = per_conv(int(entry["macs"]), float(entry["seconds"]), max(int(entry.get("convs", 1)), 1))
-            yield entry["stage"], count, seconds, str(entry.get("case", "")), float(entry.get("at", 0.0))
+            took = float(entry["seconds"])
+            count, seconds = per_conv(int(entry["macs"]), took, max(int(entry.get("convs", 1)), 1))
+            cycles = int(entry["cycles"]) if entry.get("cycles") else None
+            yield Observed(entry["stage"], count, seconds, str(entry.get("case", "")), float(entry.get("at", 0.0)),
+                           cycles, took)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue
