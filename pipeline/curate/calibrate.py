@@ -74,7 +74,7 @@ def calibrate(cfg, cases, out_dir: Path | None = None) -> list[str]:
                                       (out_dir / f"{target.name}.json") if out_dir else None,
                                       chains=chains, cycles=by_cycles)
         envelopes = {stage: cost.Envelope.of(found[stage]) for stage in cost.TIMED}
-        envelopes.update({f"{stage} by cycles": cost.Envelope.of(found) for stage, found in by_cycles.items()})
+        envelopes.update({f"{stage} by cycles": cost.Envelope.of(timed) for stage, timed in by_cycles.items()})
         corners = ", ".join(f"{stage} {len(e.points)} corners up to {e.points[-1][1]:.1f} s"
                             for stage, e in envelopes.items() if e.points)
         lines.append(f"{target.name}: {path} from {measured}: {corners}")
