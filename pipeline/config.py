@@ -359,7 +359,8 @@ class Config:
             rule = replace(rule, limit=dict(self.budgets)[stage])
         count = geometry_macs(case.geometry)
         if rule is None or not rule.margin or not self.predicted_timeouts:
-            return cost.limit(rule, cost.Envelope(), count, self.timeout, stage, case.convs)
+            fixed = cost.limit(rule, cost.Envelope(), count, self.timeout, stage, case.convs)
+            return fixed if self.predicted_timeouts else replace(fixed, unpredicted="CONV_SWEEP_TIMEOUTS=fixed")
         book, calibration, folder = self.limits, profile.calibration_file, self.report_dir(case.target)
         cycles = self.estimated_cycles(case) if stage in cost.BY_CYCLES else None
         return cost.limit(rule, book.envelope(calibration, folder, stage), count, self.timeout, stage, case.convs,

@@ -176,6 +176,7 @@ class Limit:
     unbudgeted: float | None = None  # what the limit would be without the budget (CONV_SWEEP_TIMEOUT caps it)
     convs: int = 1  # the conv ops of its model (Case.convs): the prediction is per conv
     cycles: float | None = None  # the compiler's estimated cycles of the module, where the calibration predicts from them
+    unpredicted: str = ""  # why no limit was predicted where that is not the calibration's range: the run's choice
 
     @property
     def cut_early(self) -> bool:
@@ -188,7 +189,7 @@ class Limit:
         size = f"{self.macs} MACs" + (f" in {self.convs} convs" if self.convs > 1 else "") + \
             (f" and {self.cycles:.0f} estimated cycles" if self.cycles else "")
         if self.predicted is None:
-            return f"its {self.stage} budget is {self.hard:g} s (no prediction for {size})"
+            return f"its {self.stage} budget is {self.hard:g} s ({self.unpredicted or f'no prediction for {size}'})"
         predicted = f"{self.predicted:.3g} s predicted for {size}"
         if self.cut_early:
             return (f"its predicted limit (max(floor {self.floor:g} s, {self.margin:g} x {predicted})), "
