@@ -176,7 +176,7 @@ class Limit:
     unbudgeted: float | None = None  # what the limit would be without the budget (CONV_SWEEP_TIMEOUT caps it)
     convs: int = 1  # the conv ops of its model (Case.convs): the prediction is per conv
     cycles: float | None = None  # the compiler's estimated cycles of the module, where the calibration predicts from them
-    unpredicted: str = ""  # why no limit was predicted where that is not the calibration's range: the run's choice
+    unpredicted: str = ""  # why the budget stands where the run chose it (CONV_SWEEP_TIMEOUTS=fixed), not the range
 
     @property
     def cut_early(self) -> bool:
