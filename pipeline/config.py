@@ -370,11 +370,9 @@ class Config:
         """The compiler's estimate of the case's compiled module's execution, in cycles, where
         its profile asks the compiler for one and the module is compiled (torq-compile's
         timeline, pipeline/targets/compiler.py); else None."""
-        from pipeline.targets.compiler import PROFILE, estimated_time
+        from pipeline.targets.compiler import module_estimate
 
-        if not self.target(case.target).profile.profiling:
-            return None
-        return estimated_time(self.case_dir(case) / PROFILE)
+        return module_estimate(self.target(case.target).profile.profiling, self.case_dir(case))
 
     def mlir_input(self, case: Case) -> str:
         """The MLIR file the case's target compiler reads: the bytecode where the profile asks for

@@ -182,7 +182,7 @@ def test_a_case_of_several_convs_is_predicted_as_that_many_convs_of_its_share():
 def test_a_run_of_several_convs_enters_the_envelope_per_conv(tmp_path):
     """Observed and calibrated alike: an invocation's sample is one of its convs, (MACs / convs,
     seconds / convs), so the 102-conv case above does not raise the limit of a one-conv case of
-    its MACs to its own 36 s."""
+    its MACs to its own time."""
     assert cost.per_conv(18_360, 35.8, 102) == (180, pytest.approx(35.8 / 102))
     assert cost.per_conv(100, 0.7) == (100, 0.7)
     cost.observe(tmp_path, "compile", 18_360, 35.8, "conv_g102", convs=102)
@@ -196,9 +196,9 @@ def test_a_run_of_several_convs_enters_the_envelope_per_conv(tmp_path):
 
 
 def test_a_run_s_limit_follows_the_compiler_s_estimated_cycles_where_they_predict_longer():
-    """torq's simulator runs as long as the NPU program it simulates: a conv of 33.6 M MACs and
-    3.5 M estimated cycles ran 17 s against the 42 s its MACs allowed. The larger prediction
-    counts; the cycles never lower a limit, and past their calibrated range give the budget."""
+    """torq's simulator runs as long as the NPU program it simulates: a conv of many MACs but
+    more cycles still gets the cycles' longer limit. The larger prediction counts; the cycles
+    never lower a limit, and past their calibrated range give the budget."""
     by_macs = Envelope.of([(10_000_000, 5.74), (52_428_800, 8.4), (146_800_640, 37.26)])
     by_cycles = Envelope.of([(100_000, 0.3), (1_000_000, 4.0), (4_000_000, 20.0)])
     rule = Rule(limit=240, margin=5, floor=20)

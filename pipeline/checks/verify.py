@@ -22,7 +22,7 @@ from pipeline.space.cases import Case
 from pipeline.core.chain import MLIR, VMFB
 from pipeline.checks.compare import Comparison, compare, compare_channel_sums, write_check
 from pipeline.checks.reference import activate, clamp_inactive
-from pipeline.targets.compiler import PROFILE, check_vmfb, estimated_time
+from pipeline.targets.compiler import check_vmfb, module_estimate
 from pipeline.space.data import make_input, needs_quantization
 from pipeline.frontends.tflite_file import input_quantization
 from pipeline.space.refusal import INT32_MAX
@@ -308,11 +308,6 @@ def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[n
     return x.astype(want.dtype), True
 
 
-def _estimate(profile, case_dir: Path) -> float | None:
-    """The compiler's estimated execution time (NPU cycles), where the profile asks for it."""
-    return estimated_time(case_dir / PROFILE) if profile.profiling else None
-
-
 ORACLE_OUTPUTS = "oracle.pickle"  # the oracle's outputs, as the store keeps them
 SIGNATURE = "signature.json"  # the module's signature, as the store keeps it
 
@@ -404,7 +399,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     if case.compile_only:
         check_vmfb(vmfb, Path(target.compiler).name)
         result = Result.for_case(case, COMPILED, reason="compile-only: compiled, not run or compared", stages=stages,
-                                 perf=perf.record(case.geometry, vmfb, stages, _estimate(profile, case_dir)))
+                                 perf=perf.record(case.geometry, vmfb, stages, module_estimate(profile.profiling, case_dir)))
         result.write(case_dir)
         return result
     x = case_input(case, model)
@@ -413,7 +408,7 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
                      case_dir / "run.log")
     notes["module_io"] = sig.to_dict()
     if profile.profiling:
-        notes["estimated_npu_cycles"] = _estimate(profile, case_dir)
+        notes["estimated_npu_cycles"] = module_estimate(profile.profiling, case_dir)
     x_module, converted = module_input(case, x, sig)
     options = {"converted": converted, "round_weights": profile.converts_weights,
                "bias_free": separate_bias(case, profile, converted),

@@ -78,6 +78,12 @@ def compile_mlir(mlir: Path, vmfb: Path, *, compiler: str, flags: tuple[str, ...
     return elapsed
 
 
+def module_estimate(profiling: tuple[str, ...], folder: Path) -> float | None:
+    """The compiler's estimated execution (NPU cycles) of the module compiled in `folder`, where
+    the profile's `profiling` flags asked the compiler for its timeline; else None."""
+    return estimated_time(Path(folder) / PROFILE) if profiling else None
+
+
 def estimated_time(csv_path: Path) -> float | None:
     """The compiler's estimated execution time from its timeline (torq-compile
     --torq-dump-profiling: `taskId, elapsed_time(us), timestamp(us), event, location, bytes`,

@@ -29,10 +29,10 @@ as one conv per group) is predicted as that many convs of its MACs / convs each:
     predicted(MACs, convs) = convs × predicted(MACs / convs)
 
 since a tool does the work of each op in turn, and each takes at most what a one-conv case of
-its size takes (start-up included, so this errs long). By MACs alone, a TFLite conv of 102
-groups of 180 MACs each was predicted at 1.85 s: cut at the 60-s floor under load, it compiles
-in 36 s on a quiet machine (docs/measurements.md). Samples enter an envelope the same way, per
-conv: (MACs / convs, seconds / convs).
+its size takes (start-up included, so this errs long). By its MACs alone, such a case's limit
+sat at the floor, near its compile time, where load decided its verdict (docs/measurements.md,
+2026-12-07 (morning)). Samples enter an envelope the same way, per conv: (MACs / convs,
+seconds / convs).
 
 Where the compiler estimates the module's execution (torq-compile's profiling timeline: its NPU
 cycles, Config.estimated_cycles), the run's prediction is also the envelope of run seconds
@@ -40,11 +40,10 @@ against those cycles, and the larger of the two counts:
 
     predicted_run = max(predicted(MACs, convs), predicted_cycles(cycles))
 
-torq's simulator runs for as long as the NPU program it simulates, not as the MACs say: over the
-473 completed simulator runs of two hour-long hunts, log seconds correlate at 0.88 with log
-estimated cycles and 0.69 with log MACs, and a conv of 33.6 M MACs but 3.5 M cycles ran 17 s
-against its 42-s limit from MACs (docs/measurements.md). The cycles only ever raise a limit; a
-case past SPAN × the largest calibrated cycles has no prediction, as by MACs.
+torq's simulator runs for as long as the NPU program it simulates, which its estimated cycles
+follow far more closely than its MACs (docs/measurements.md, 2026-12-07 (morning)). The cycles
+only ever raise a limit; a case past SPAN × the largest calibrated cycles has no prediction,
+as by MACs.
 
 A build folder's completed invocations widen the envelope, never narrow it (`observe`, per
 build folder): a slow case the calibration did not see raises the limits of every case at
@@ -316,16 +315,16 @@ class LimitBook:
 
     def __init__(self, before: float | None):
         self.before = before
-        self._envelopes: dict[tuple[str, str, str], Envelope] = {}
+        self._envelopes: dict[tuple[str, str, str, str], Envelope] = {}
         self._lock = threading.Lock()
 
     def envelope(self, calibration: Path, report_dir: Path, stage: str, measure: str = "macs") -> Envelope:
         key = (str(calibration), str(report_dir), stage, measure)
         with self._lock:
             if key not in self._envelopes:
-                samples = [(e.count if measure == "macs" else e.cycles, e.seconds if measure == "macs" else e.took)
-                           for e in _read_observed(report_dir) if e.stage == stage and
-                           (self.before is None or e.at < self.before) and (measure == "macs" or e.cycles)]
+                samples = [sample for e in _read_observed(report_dir)
+                           if e.stage == stage and (self.before is None or e.at < self.before)
+                           and (sample := e.sample(measure))]
                 self._envelopes[key] = calibrated(calibration, stage, measure).widened(samples)
             return self._envelopes[key]
 
@@ -348,6 +347,13 @@ class Observed:
     at: float  # when it was recorded; 0 in lines written without it
     cycles: int | None  # the compiler's estimated cycles of the module, where it gave them
     took: float  # the invocation's seconds
+
+    def sample(self, measure: str) -> tuple[float, float] | None:
+        """The invocation as an envelope sample against `measure`: (MACs, seconds) per conv, or
+        (cycles, seconds); None where the line has no cycles."""
+        if measure == "macs":
+            return self.count, self.seconds
+        return (self.cycles, self.took) if self.cycles else None
 
 
 def _read_observed(report_dir: Path) -> list[Observed]:
