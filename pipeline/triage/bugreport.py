@@ -50,6 +50,7 @@ INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it 
 PROBED = "probed as"  # a boundary probe's bucket, as its region entry carries it (with_probes)
 SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the boundary probes and the toggle flags have the rest
 BOUNDARY_SHARE = 0.5  # of what the shrink left, what the boundary probes may take; the toggle flags have the rest
+IMPULSE_SHARE = 0.5  # of what the shrink left, what a wrong answer's impulse probes may take, before the boundary
 DIAGNOSTIC_LINES = 40  # lines of the failing tool's own output a report quotes
 LINE_WIDTH = 400  # characters kept of each quoted line (a stack frame's symbol can run longer)
 # A model format's importer: its tools, the packages that ship them (and what they read the
@@ -470,17 +471,22 @@ def with_probes(region: dict | None, entries: list[dict], target: str, bucket: s
 
 def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal: Case, shrunk: dict | None,
                  folder: Path, findings: list[str] = (), sections: list[str] = (),
-                 region: dict | None = None, boundary: list[dict] | None = None) -> Path:
+                 region: dict | None = None, boundary: list[dict] | None = None,
+                 impulses: dict | None = None) -> Path:
     """One bucket's folder: the minimal case's files, repro.sh, boundary.json (the probes of
-    `boundary`, when given), report.md (with `findings` first and `sections` after what
-    happened; the boundary facts; where the bucket lives from `region`, when given)."""
+    `boundary`, when given), impulses.json (the wrong answer's impulse probes, when given),
+    report.md (with `findings` first and `sections` after what happened; the boundary facts;
+    where the bucket lives from `region`, when given)."""
     from pipeline.run.repro import write_standalone
+    from pipeline.triage import impulses as impulse_probes
     from pipeline.triage.boundary import write_boundary
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     if boundary is not None:
         write_boundary(folder, boundary)
+    if impulses is not None:
+        write_text(folder / impulse_probes.IMPULSES, json.dumps(impulses) + "\n")
     mlir_name, check, input_file = _copy_case(minimal, cfg, folder)
     result = read_result(cfg.case_dir(minimal)) or {}
     limits = {stage: cfg.limit(minimal, stage).seconds for stage in ("compile", "run")}
@@ -514,6 +520,8 @@ def write_report(cfg: Config, target, bucket: str, entries: list[dict], minimal:
     lines += ["## What happens", "", "```", (result.get("reason") or "")[:3000], "```", ""]
     if result.get("stage") == "verify" and result.get("explanation"):
         lines += explanation_lines(result["explanation"])
+    if impulses is not None:
+        lines += impulse_probes.lines(impulses)
     if slow is None and stage != "verify":
         lines += _diagnostic_section(result, target.toolchain, where)
     if slow is not None:
@@ -672,7 +680,8 @@ def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_nam
     origin = by_name.get(summary["original"]["case"]) if summary is not None else None
     if origin is None:
         region = shown_region(region, case, None)
-        return write_report(cfg, target, bucket, members, case, None, folder, region=region), region
+        return write_report(cfg, target, bucket, members, case, None, folder, region=region,
+                            impulses=_impulses(cfg, case, deadline, log)), region
     # the case the shrink started from (any case of the bucket)
     shrunk_cfg = cfg.scratch(Path(summary["minimal"]["folder"]).parents[2])
     minimal = replace(origin, category="shrink", expected=None,
@@ -680,14 +689,28 @@ def _report_bucket(cfg: Config, target, bucket: str, members: list[dict], by_nam
                       data_from=origin.geometry if summary.get("keep_data") else None)
     original = replace(origin, category="shrink", expected=None)
     swept = next((e for e in members if e["case"] == origin.name), {})
+    impulses = _impulses(shrunk_cfg, minimal, time.monotonic() + max(0.0, deadline - time.monotonic()) * IMPULSE_SHARE,
+                         log)
     probed = _probe(cfg, minimal, bucket, deadline, log) if budget > 0 else None
     region = with_probes(region, learned_from, target.name, bucket, minimal, probed)
     exam = examine(cfg, bucket, summary, minimal, original, cfg.model_dir(origin), swept.get("reason", ""),
                    deadline, log) if budget > 0 else None
     path = write_report(shrunk_cfg, target, bucket, members, minimal, summary, folder,
                         exam.findings if exam else (), sections(exam, summary, minimal, original) if exam else (),
-                        region=region, boundary=probed)
+                        region=region, boundary=probed, impulses=impulses)
     return path, region
+
+
+def _impulses(cfg: Config, case: Case, deadline: float, log) -> dict | None:
+    """For a wrong answer that no mis-lowering explains, what the case's module computes,
+    measured with impulses (pipeline/triage/impulses.py) where they end by `deadline`; else None."""
+    from pipeline.checks.explain import NONE
+    from pipeline.triage.impulses import probe
+
+    result = read_result(cfg.case_dir(case)) or {}
+    if result.get("stage") != "verify" or result.get("explanation") != NONE:
+        return None
+    return probe(cfg, case, deadline, log)
 
 
 def bugreports(cfg: Config, cases: list[Case], wanted: list[str], budget: float, log=print,

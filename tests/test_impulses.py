@@ -1,0 +1,137 @@
+"""Impulse probes of a wrong answer (pipeline/triage/impulses.py): the conv's own map, a map that
+reads the input two rows down, one with a tap's weight changed and one with the bias changed are
+each told apart, from responses measured by running a module (here: the float64 conv, as a
+module would compute it, rounded to the output's dtype). Through the real pipeline: an
+iree-compile wrapper that moves the ONNX conv's padding two rows down (not a mis-lowering the
+explanation list knows); its bug report says which input positions the module reads instead."""
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from helpers import clean_env, doit, results, write_spec, write_wrapper
+from pipeline.checks import explain
+from pipeline.checks.reference import round_to_bf16
+from pipeline.space.cases import Case
+from pipeline.space.geometry import Geometry
+from pipeline.triage import impulses
+
+# Conv2D 'same' with a 5x5 kernel: two pad rows above and below
+G = Geometry(2, (6, 5), (5, 5), (1, 1), 2, 2, "same")
+
+
+def _conv(seed=0, geometry=G):
+    rng = np.random.default_rng(seed)
+    case = Case(geometry, "onnx", "f32")
+    kernel = rng.uniform(-1, 1, (geometry.c_out, geometry.c_in, *geometry.kernel))
+    bias = rng.uniform(-1, 1, geometry.c_out)
+    x = np.zeros((geometry.batch, geometry.c_in, *geometry.spatial))
+    return case, explain.Conv(x, kernel, bias, geometry.pads, geometry.stride, geometry.dilation, geometry.groups)
+
+
+def _module(conv: explain.Conv, out_shape, dtype="float32"):
+    """A module that computes `conv` (float64, then rounded once to its output dtype)."""
+    def run(x):
+        made = explain.evaluate(replace(conv, x=x), out_shape[2:])[0]
+        y = made + conv.bias.reshape(1, -1, 1, 1)
+        return round_to_bf16(y) if dtype == "bfloat16" else y.astype(np.float32)
+    return run
+
+
+def _findings(case, conv, module_conv, dtype="float32"):
+    in_shape = conv.x.shape
+    out_shape = (1, conv.kernel.shape[0], *case.geometry.out_spatial)
+    value = impulses.impulse(conv.kernel, conv.bias)
+    A, y0 = impulses.measure(_module(module_conv, out_shape, dtype), in_shape, value)
+    T = impulses.true_map(case, conv, in_shape, out_shape)
+    bias = np.broadcast_to(conv.bias.reshape(1, -1, 1, 1), out_shape).reshape(-1)
+    bias = round_to_bf16(bias) if dtype == "bfloat16" else bias.astype(np.float32).astype(np.float64)
+    return impulses.compare(case, A, y0, T, bias, value, dtype, in_shape, out_shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_conv_itself_agrees_and_a_padding_moved_two_rows_reads_two_rows_down(dtype):
+    case, conv = _conv()
+    assert _findings(case, conv, conv, dtype)["finding"] == "agrees with the conv"
+    moved = replace(conv, pads=((0, 4), (2, 2)))  # the padding's two top rows moved below
+    found = _findings(case, conv, moved, dtype)
+    assert found["finding"] == "wrong input positions" and found["displacement"] == [0, 0, 2, 0]
+    assert found["example"]["output"] == [0, 0, 0, 0]
+    # every tap the conv applies at output 0 is found two rows down, with its own weight
+    assert all(t["module_reads"] == [t["conv_reads"][0], t["conv_reads"][1], t["conv_reads"][2] + 2,
+                                     t["conv_reads"][3]] for t in found["example"]["taps"])
+    text = "\n".join(impulses.lines(found))
+    assert "**wrong input positions**" in text and "read H +2 from where the conv reads it" in text
+
+
+def test_a_changed_weight_and_a_changed_bias_are_told_apart():
+    case, conv = _conv(1)
+    kernel = conv.kernel.copy()
+    kernel[1, 0, 2, 3] *= 1.01  # one tap off by 1%: far more than an f32 step
+    found = _findings(case, conv, replace(conv, kernel=kernel))
+    assert found["finding"] == "wrong weights" and found["example"]["output"][1] == 1
+    found = _findings(case, conv, replace(conv, bias=conv.bias + [0.0, 0.01]))
+    assert found["finding"] == "wrong bias" and found["example"]["output"][1] == 1
+    assert "**wrong bias**" in "\n".join(impulses.lines(found))
+
+
+def test_only_a_module_linear_in_its_input_is_probed():
+    case, _ = _conv()
+    assert impulses.not_probed(case, 60) is None
+    assert "quantizes" in impulses.not_probed(replace(case, backend="tflite", flavor="w8i8"), 60)
+    assert "relu" in impulses.not_probed(replace(case, geometry=replace(G, activation="relu")), 60)
+    assert "more than" in impulses.not_probed(case, impulses.MAX_INPUTS + 1)
+
+
+# An iree-compile that moves the ONNX conv's padding two rows down: pads [2, w, 2, w] become
+# [0, w, 4, w] in the imported MLIR (the output's shape is the same), then the real compiler runs
+MOVE_PADDING = """#!{python}
+import os, re, subprocess, sys, tempfile
+args = sys.argv[1:]
+made = None
+source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.isfile(a)), None)
+if source is not None:
+    text = open(args[source]).read()
+    pads = re.compile(r'torch\\.onnx\\.pads = \\[(\\d+) : si64, (\\d+) : si64, (\\d+) : si64, (\\d+) : si64\\]')
+    def move(m):
+        top, left, bottom, right = map(int, m.groups())
+        if top < 2:
+            return m.group(0)
+        return f'torch.onnx.pads = [{{top - 2}} : si64, {{left}} : si64, {{bottom + 2}} : si64, {{right}} : si64]'
+    text = pads.sub(move, text)
+    fd, made = tempfile.mkstemp(suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    args[source] = made
+status = subprocess.run([{real!r}, *args]).returncode
+if made:
+    os.unlink(made)
+sys.exit(status)
+"""
+
+
+@pytest.mark.slow
+def test_a_wrong_answer_no_mis_lowering_explains_is_probed_with_impulses_in_its_bug_report(tmp_path):
+    from pipeline.config import Config
+
+    real = Config.from_env(clean_env()).target("llvm-cpu").compiler
+    wrapper = write_wrapper(tmp_path / "iree-compile-moves-padding", MOVE_PADDING, real)
+    spec = write_spec(tmp_path / "spec.json", [{"rank": 2, "spatial": [6, 5], "kernel": [5, 5], "stride": [1, 1],
+                                                "c_in": 1, "c_out": 2, "padding": "same"}])
+    build = tmp_path / "build"
+    env = clean_env(CONV_SWEEP_BUILD_DIR=build, CONV_SWEEP_INCLUDE=spec, CONV_SWEEP_IREE_COMPILE=wrapper,
+                    CONV_SWEEP_TOOL_FILES=wrapper)
+    name = "conv_onnx_f32_w5_h6_f2_k5_c1"
+    run = doit(f"verify:{name}@llvm-cpu", env=env)
+    result = results(build)[name]
+    assert result["status"] == "fail" and result["stage"] == "verify", (run.stdout[-2000:], run.stderr[-2000:])
+    assert result["explanation"] == explain.NONE
+    report = doit("bugreport", "--budget", "20", f"{name}@llvm-cpu", env=env, timeout=600)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    (written,) = (build / "bugreports" / "llvm-cpu").glob("*/report.md")
+    found = json.loads((written.parent / impulses.IMPULSES).read_text())
+    assert found["finding"] == "wrong input positions" and found["displacement"] == [0, 0, 2, 0], found["example"]
+    assert len(found["response"]) == found["outputs"] and len(found["response"][0]) == found["runs"] - 1
+    text = written.read_text()
+    assert "**wrong input positions**" in text and "read H +2 from where the conv reads it" in text
