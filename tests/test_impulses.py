@@ -30,20 +30,20 @@ def _conv(seed=0, geometry=G):
     return case, explain.Conv(x, kernel, bias, geometry.pads, geometry.stride, geometry.dilation, geometry.groups)
 
 
-def _module(conv: explain.Conv, out_shape, dtype="float32"):
-    """A module that computes `conv` (float64, then rounded once to its output dtype)."""
+def _module(conv: explain.Conv, out_shape, dtype="float32", constant=None):
+    """A module that computes `conv` (float64, then rounded once to its output dtype); or,
+    given a `constant`, that writes it to every output whatever its input."""
     def run(x):
         made = explain.evaluate(replace(conv, x=x), out_shape[2:])[0]
-        y = made + conv.bias.reshape(1, -1, 1, 1)
+        y = made + conv.bias.reshape(1, -1, 1, 1) if constant is None else np.full(made.shape, constant)
         return round_to_bf16(y) if dtype == "bfloat16" else y.astype(np.float32)
     return run
 
 
-def _findings(case, conv, module_conv, dtype="float32"):
+def _findings(case, conv, module_conv, dtype="float32", constant=None):
     in_shape = conv.x.shape
     out_shape = (1, conv.kernel.shape[0], *case.geometry.out_spatial)
-    value = impulses.impulse(conv.kernel, conv.bias)
-    A, y0 = impulses.measure(_module(module_conv, out_shape, dtype), in_shape, value)
+    A, y0, value = impulses.measure(_module(module_conv, out_shape, dtype, constant), in_shape, conv.kernel)
     T = impulses.true_map(case, conv, in_shape, out_shape)
     bias = np.broadcast_to(conv.bias.reshape(1, -1, 1, 1), out_shape).reshape(-1)
     bias = round_to_bf16(bias) if dtype == "bfloat16" else bias.astype(np.float32).astype(np.float64)
@@ -74,6 +74,23 @@ def test_a_changed_weight_and_a_changed_bias_are_told_apart():
     found = _findings(case, conv, replace(conv, bias=conv.bias + [0.0, 0.01]))
     assert found["finding"] == "wrong bias" and found["example"]["output"][1] == 1
     assert "**wrong bias**" in "\n".join(impulses.lines(found))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_output_that_ignores_its_input_is_said_so_and_a_swamped_tap_is_not_claimed(dtype):
+    """torq 2.3.0's `conv_onnx_bf16_w2_h1_f1_k1_c1_khw1x2_s2x2_pvalid` writes 6.06e32 whatever its
+    input: no impulse moves it, bit for bit. An output whose steps swamp every tap times the
+    largest impulse gives no claim at all: neither "agrees" nor a wrong tap."""
+    case, conv = _conv(2)
+    found = _findings(case, conv, conv, dtype, constant=6.06e32)
+    assert found["finding"] == "ignores its input" and found["wrong_outputs"] == found["outputs"]
+    assert "**the output ignores its input**" in "\n".join(impulses.lines(found))
+    A = np.zeros((2, 3))
+    A[0, 0] = 1e-30  # moved, but by far less than the output's steps at 3e38 over a 2^100 impulse
+    T = np.array([[0.5, 0.0, 0.0], [0.0, 0.25, 0.0]])
+    found = impulses.compare(case, A, np.array([3e38, 0.0]), T, np.zeros(2), 2.0 ** 100, dtype, (1, 1, 1, 3),
+                             (1, 2, 1, 1))
+    assert found["finding"] == "unresolved" and found["unresolved_taps"] == 1
 
 
 def test_only_a_module_linear_in_its_input_is_probed():

@@ -10,7 +10,8 @@ element plus one with every input 0:
     A[r, i] = (y(v e_i)[r] - y(0)[r]) / v
 
 with v a power of two (exact in the module's input dtype) large enough that v |w| dominates the
-bias: v = 2^(ceil(log2(max |bias| / min |w|)) + 8), at least 1, w over the kernel's nonzero taps.
+output for a zero input (run first): v = 2^(ceil(log2(max |y(0)| / min |w|)) + 8), from 1 to
+2^MAX_EXPONENT (and v max |w| at most 2^126), w over the kernel's nonzero taps.
 
 Derivation of what counts as different. Each run's output is rounded once to the output's dtype
 (f32 or bf16): y(v e_i)[r] is within one step of the output's dtype at its magnitude of the
@@ -23,6 +24,9 @@ output's dtype, within one step. The module's taps are held as the verdict's ref
 them (bf16-rounded where the compiler converts the weights: explain.verdict_operands).
 
 Findings, from these facts alone (each holds on the minimal case the report ships):
+- "unresolved": a tap is at most twice its tol (the output's steps at the zero input's output
+  swamp it, v being capped): no claim is made;
+- "ignores its input": every tap resolved, and no impulse changes any output, bit for bit;
 - "wrong input positions": some output applies a tap at another input element than the conv;
   each tap is paired with the elements of that output whose coefficient is within tol of its
   value; where one displacement takes every tap to one of its elements, and only one does, that
@@ -30,7 +34,7 @@ Findings, from these facts alone (each holds on the minimal case the report ship
 - "wrong weights": every output reads exactly the conv's elements, with some coefficient off;
 - "wrong bias": the map is the conv's, the output for a zero input is not the bias;
 - "agrees with the conv": every impulse gives the conv's answer (the wrong numbers then come from
-  what impulses do not see: the module is not linear in its input, or depends on the values).
+  how the module combines several inputs: its accumulation's rounding, or a non-linearity).
 
 Probed only where the module is linear in its input as the case defines it: float input and
 output (onnx f32 and bf16, tflite f32; w8if32 quantizes its input at run time, w8i8
@@ -51,6 +55,7 @@ from pipeline.checks import explain
 from pipeline.space.cases import Case
 
 MAX_INPUTS = 1024  # input elements probed at most (one run of the module each)
+MAX_EXPONENT = 120  # the impulse at most 2^120, and v max |w| at most 2^126: inside f32's and bf16's range
 IMPULSES = "impulses.json"
 SHOWN = 12  # taps of the example output shown
 LINEAR = ("onnx_f32", "onnx_bf16", "tflite_f32")
@@ -68,31 +73,35 @@ def not_probed(case: Case, inputs: int) -> str | None:
     return None
 
 
-def impulse(kernel: np.ndarray, bias: np.ndarray) -> float:
-    """v: a power of two large enough that v |w| dominates the bias (see the module's docstring)."""
+def impulse(kernel: np.ndarray, offset: np.ndarray) -> float:
+    """v: a power of two large enough that v |w| dominates the output for a zero input (see the
+    module's docstring), at most 2^MAX_EXPONENT."""
     taps = np.abs(kernel[kernel != 0])
-    top = float(np.max(np.abs(bias), initial=0.0))
-    if not taps.size or top == 0.0:
+    top = float(np.max(np.abs(offset), initial=0.0))
+    if not taps.size or top == 0.0 or not math.isfinite(top):
         return 1.0
-    return float(2.0 ** max(0, math.ceil(math.log2(top / float(taps.min()))) + 8))
+    cap = min(MAX_EXPONENT, math.floor(126 - math.log2(float(taps.max()))))
+    return float(2.0 ** min(cap, max(0, math.ceil(math.log2(top / float(taps.min()))) + 8)))
 
 
-def measure(run, shape: tuple, value: float, lanes: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """(A, y0): the module's response per unit of each input element (outputs x inputs, both
-    flattened in the model's layout) and its output for an all-zero input. `run(x)` runs the
-    module on x (float64, the model's input shape) and returns its output."""
+def measure(run, shape: tuple, kernel: np.ndarray, lanes: int = 2) -> tuple[np.ndarray, np.ndarray, float]:
+    """(A, y0, v): the module's response per unit of each input element (outputs x inputs, both
+    flattened in the model's layout), its output for an all-zero input (run first: v is
+    chosen from it) and the impulse v. `run(x)` runs the module on x (float64, the model's
+    input shape) and returns its output."""
     n = int(np.prod(shape))
 
-    def one(i: int) -> np.ndarray:
+    def one(i: int, value: float = 0.0) -> np.ndarray:
         x = np.zeros(n)
         if i >= 0:
             x[i] = value
         return np.asarray(run(x.reshape(shape)), dtype=np.float64).reshape(-1)
 
+    y0 = one(-1)
+    value = impulse(kernel, y0)
     with ThreadPoolExecutor(lanes) as pool:
-        outputs = list(pool.map(one, range(-1, n)))
-    y0 = outputs[0]
-    return np.stack([(y - y0) / value for y in outputs[1:]], axis=1), y0
+        outputs = list(pool.map(lambda i: one(i, value), range(n)))
+    return np.stack([(y - y0) / value for y in outputs], axis=1), y0, value
 
 
 def true_map(case: Case, conv: explain.Conv, in_shape: tuple, out_shape: tuple) -> np.ndarray:
@@ -130,6 +139,15 @@ def compare(case: Case, A: np.ndarray, y0: np.ndarray, T: np.ndarray, bias_out: 
     found = {"runs": A.shape[1] + 1, "impulse": value, "layout": LAYOUTS[case.backend, case.geometry.rank],
              "input_shape": list(in_shape), "output_shape": list(out_shape), "outputs": A.shape[0],
              "wrong_outputs": int(wrong.size)}
+    unresolved = should & (tol >= np.abs(T) / 2)
+    if unresolved.any():  # the output's own steps are as large as a tap times the impulse
+        return {**found, "finding": "unresolved", "unresolved_taps": int(unresolved.sum()),
+                "taps": int(should.sum())}
+    if should.any() and not A.any():  # bit for bit: no impulse moved any output
+        r = int(np.flatnonzero(should.any(axis=1))[0])
+        return {**found, "finding": "ignores its input", "wrong_outputs": int(should.any(axis=1).sum()),
+                "example": {"output": _index(r, out_shape), "zero_input_output": float(y0[r]),
+                            "bias": float(bias_out[r])}}
     if not wrong.size:
         bias_off = np.abs(y0 - bias_out) > step(bias_out, dtype)
         if bias_off.any():
@@ -181,10 +199,18 @@ def lines(found: dict) -> list[str]:
             f"and one with every input 0; indices [{', '.join(layout)}]; every impulse's output in "
             f"`{IMPULSES}`): ")
     finding = found["finding"]
+    if finding == "unresolved":
+        return [head + f"not resolved: at {found['unresolved_taps']} of {found['taps']} taps a step of the "
+                "output's dtype at its magnitude is half the tap times the impulse or more; nothing is claimed.", ""]
+    if finding == "ignores its input":
+        example = found["example"]
+        return [head + f"**the output ignores its input**: no impulse changes any output, bit for bit; output "
+                f"{example['output']} is {example['zero_input_output']:.6g} for every input (the bias is "
+                f"{example['bias']:.6g}).", ""]
     if finding == "agrees with the conv":
-        return [head + "every impulse gives the conv's answer: the module's map from input to output is the "
-                "conv's, and its wrong numbers come from what impulses do not see (it is not linear in its "
-                "input).", ""]
+        return [head + "every impulse gives the conv's answer: the module's taps, where it applies them, and its "
+                "bias are the conv's. Its wrong numbers come from how it combines several inputs (the rounding "
+                "of its accumulation, or a non-linearity), which one impulse at a time does not exercise.", ""]
     example = found["example"]
     if finding == "wrong bias":
         return [head + f"every impulse gives the conv's taps, but with every input 0 output {example['output']} "
@@ -245,7 +271,6 @@ def probe(cfg, case: Case, deadline: float, log) -> dict | None:
         held = oracle.bf16_operands(weights) if profile.converts_weights else weights
         refs = {**refs, "bf16": refs["expected"], "bf16_bias": held.bias}
     conv = explain.verdict_operands(case, weights, np.zeros(in_shape), refs, profile)
-    value = impulse(conv.kernel, conv.bias)
     folder = case_dir / "impulses"  # the runs' inputs and logs, each removed after its run
     folder.mkdir(exist_ok=True)
 
@@ -263,7 +288,7 @@ def probe(cfg, case: Case, deadline: float, log) -> dict | None:
 
     start = time.monotonic()
     try:
-        A, y0 = measure(run, in_shape, value)
+        A, y0, value = measure(run, in_shape, conv.kernel)
     except StageError as err:
         shutil.rmtree(folder, ignore_errors=True)
         return {"not_probed": f"a run of the module failed: {err}"}
