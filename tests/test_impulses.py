@@ -77,7 +77,7 @@ def test_a_changed_weight_and_a_changed_bias_are_told_apart():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_an_output_that_ignores_its_input_is_said_so_and_a_swamped_tap_is_not_claimed(dtype):
+def test_an_output_that_ignores_its_input_is_said_so_and_a_swamped_tap_or_a_non_finite_one_is_not_claimed(dtype):
     """torq 2.3.0's `conv_onnx_bf16_w2_h1_f1_k1_c1_khw1x2_s2x2_pvalid` writes 6.06e32 whatever its
     input: no impulse moves it, bit for bit. An output whose steps swamp every tap times the
     largest impulse gives no claim at all: neither "agrees" nor a wrong tap."""
@@ -91,6 +91,11 @@ def test_an_output_that_ignores_its_input_is_said_so_and_a_swamped_tap_is_not_cl
     found = impulses.compare(case, A, np.array([3e38, 0.0]), T, np.zeros(2), 2.0 ** 100, dtype, (1, 1, 1, 3),
                              (1, 2, 1, 1))
     assert found["finding"] == "unresolved" and found["unresolved_taps"] == 1
+    A[1, 1] = np.nan  # an impulse at input 1 gives a NaN: no claim, whatever the rest says
+    found = impulses.compare(case, A, np.zeros(2), T, np.zeros(2), 1.0, dtype, (1, 1, 1, 3), (1, 2, 1, 1))
+    assert found["finding"] == "non-finite" and found["input"] == [0, 0, 0, 1]
+    found = impulses.compare(case, T, np.array([np.inf, 0.0]), T, np.zeros(2), 1.0, dtype, (1, 1, 1, 3), (1, 2, 1, 1))
+    assert found["finding"] == "non-finite" and found["input"] is None
 
 
 def test_only_a_module_linear_in_its_input_is_probed():

@@ -24,6 +24,7 @@ output's dtype, within one step. The module's taps are held as the verdict's ref
 them (bf16-rounded where the compiler converts the weights: explain.verdict_operands).
 
 Findings, from these facts alone (each holds on the minimal case the report ships):
+- "non-finite": an impulse's output (or the zero input's) is not finite: nothing else is claimed;
 - "unresolved": a tap is at most twice its tol (the output's steps at the zero input's output
   swamp it, v being capped): no claim is made;
 - "ignores its input": every tap resolved, and no impulse changes any output, bit for bit;
@@ -139,6 +140,10 @@ def compare(case: Case, A: np.ndarray, y0: np.ndarray, T: np.ndarray, bias_out: 
     found = {"runs": A.shape[1] + 1, "impulse": value, "layout": LAYOUTS[case.backend, case.geometry.rank],
              "input_shape": list(in_shape), "output_shape": list(out_shape), "outputs": A.shape[0],
              "wrong_outputs": int(wrong.size)}
+    finite = np.isfinite(A).all(axis=0) & np.isfinite(y0).all()
+    if not finite.all():  # no claim rests on a non-finite output
+        i = int(np.flatnonzero(~finite)[0]) if np.isfinite(y0).all() else None
+        return {**found, "finding": "non-finite", "input": _index(i, in_shape)}
     unresolved = should & (tol >= np.abs(T) / 2)
     if unresolved.any():  # the output's own steps are as large as a tap times the impulse
         return {**found, "finding": "unresolved", "unresolved_taps": int(unresolved.sum()),
@@ -199,6 +204,9 @@ def lines(found: dict) -> list[str]:
             f"and one with every input 0; indices [{', '.join(layout)}]; every impulse's output in "
             f"`{IMPULSES}`): ")
     finding = found["finding"]
+    if finding == "non-finite":
+        at = "every input 0" if found["input"] is None else f"an impulse at input {found['input']}"
+        return [head + f"not resolved: with {at} the module's output is not finite; nothing else is claimed.", ""]
     if finding == "unresolved":
         return [head + f"not resolved: at {found['unresolved_taps']} of {found['taps']} taps a step of the "
                 "output's dtype at its magnitude is half the tap times the impulse or more; nothing is claimed.", ""]
