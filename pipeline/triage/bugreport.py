@@ -6,7 +6,9 @@ errors aside: those are this tool's), <build>/bugreports/<target>/<slug>/ holds:
   release of the wheel that ships it; where to file it (the profile's `tracker`, or the
   importer's); the tool's own output (its first DIAGNOSTIC_LINES lines: an assertion with
   its file:line, what follows, the stack); the exact commands; for a numeric failure,
-  expected against actual at the worst elements with the tolerance; the minimal case's MLIR
+  expected against actual at the worst elements with the tolerance, and where no mis-lowering
+  explains it, what the module computes, probed with impulses (impulses.json beside it,
+  pipeline/triage/impulses.py, within IMPULSE_SHARE of what the shrink left); the minimal case's MLIR
   inline when short (else beside it); the environment of the failing stage alone (its tools,
   their releases and flags); how many of the sweep's cases fall in the bucket and the range
   of geometry they span;
@@ -48,8 +50,8 @@ from pipeline.space.geometry import Geometry, macs
 
 INLINE_MLIR = 12000  # characters of MLIR shown inline in report.md; longer, it is a file beside it
 PROBED = "probed as"  # a boundary probe's bucket, as its region entry carries it (with_probes)
-SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; the boundary probes and the toggle flags have the rest
-BOUNDARY_SHARE = 0.5  # of what the shrink left, what the boundary probes may take; the toggle flags have the rest
+SHRINK_SHARE = 0.5  # of a bucket's budget, what its shrink may take; impulses, boundary probes and flags get the rest
+BOUNDARY_SHARE = 0.5  # of what the shrink and the impulses left, what the boundary probes may take; the flags the rest
 IMPULSE_SHARE = 0.5  # of what the shrink left, what a wrong answer's impulse probes may take, before the boundary
 DIAGNOSTIC_LINES = 40  # lines of the failing tool's own output a report quotes
 LINE_WIDTH = 400  # characters kept of each quoted line (a stack frame's symbol can run longer)
