@@ -1,7 +1,8 @@
 """Impulse probes of a wrong answer (pipeline/triage/impulses.py): the conv's own map, a map that
-reads the input two rows down, one with a tap's weight changed and one with the bias changed are
-each told apart, from responses measured by running a module (here: the float64 conv, as a
-module would compute it, rounded to the output's dtype). Through the real pipeline: an
+reads the input two rows down (in ONNX's and TFLite's layouts), a tap's weight changed, the bias
+changed and an output that ignores its input are each told apart, from responses measured by
+running a module (here: the float64 conv, as a module would compute it, rounded to the output's
+dtype); a tap the output's steps swamp, or a non-finite output, gives no claim. Through the real pipeline: an
 iree-compile wrapper that moves the ONNX conv's padding two rows down (not a mis-lowering the
 explanation list knows); its bug report says which input positions the module reads instead."""
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from helpers import clean_env, doit, results, write_spec, write_wrapper
 from pipeline.checks import explain
-from pipeline.checks.reference import round_to_bf16
+from pipeline.checks.reference import round_to_bf16, to_channels_first, to_channels_last
 from pipeline.space.cases import Case
 from pipeline.space.geometry import Geometry
 from pipeline.triage import impulses
@@ -21,31 +22,37 @@ from pipeline.triage import impulses
 G = Geometry(2, (6, 5), (5, 5), (1, 1), 2, 2, "same")
 
 
-def _conv(seed=0, geometry=G):
+def _conv(seed=0, geometry=G, backend="onnx"):
     rng = np.random.default_rng(seed)
-    case = Case(geometry, "onnx", "f32")
+    case = Case(geometry, backend, "f32")
     kernel = rng.uniform(-1, 1, (geometry.c_out, geometry.c_in, *geometry.kernel))
     bias = rng.uniform(-1, 1, geometry.c_out)
     x = np.zeros((geometry.batch, geometry.c_in, *geometry.spatial))
     return case, explain.Conv(x, kernel, bias, geometry.pads, geometry.stride, geometry.dilation, geometry.groups)
 
 
-def _module(conv: explain.Conv, out_shape, dtype="float32", constant=None):
-    """A module that computes `conv` (float64, then rounded once to its output dtype); or,
-    given a `constant`, that writes it to every output whatever its input."""
+def _layout(case, a):
+    """An NCHW array in the case's layout (TFLite's channels last)."""
+    return to_channels_last(a) if case.backend == "tflite" else a
+
+
+def _module(case, conv: explain.Conv, dtype="float32", constant=None):
+    """A module that computes `conv` (float64, then rounded once to its output dtype) in the
+    case's layout; or, given a `constant`, that writes it to every output whatever its input."""
     def run(x):
-        made = explain.evaluate(replace(conv, x=x), out_shape[2:])[0]
-        y = made + conv.bias.reshape(1, -1, 1, 1) if constant is None else np.full(made.shape, constant)
+        made = explain.evaluate(replace(conv, x=to_channels_first(x) if case.backend == "tflite" else x),
+                                case.geometry.out_spatial)[0]
+        y = _layout(case, made + conv.bias.reshape(1, -1, 1, 1) if constant is None else np.full(made.shape, constant))
         return round_to_bf16(y) if dtype == "bfloat16" else y.astype(np.float32)
     return run
 
 
 def _findings(case, conv, module_conv, dtype="float32", constant=None):
-    in_shape = conv.x.shape
-    out_shape = (1, conv.kernel.shape[0], *case.geometry.out_spatial)
-    A, y0, value = impulses.measure(_module(module_conv, out_shape, dtype, constant), in_shape, conv.kernel)
+    nchw_out = (1, conv.kernel.shape[0], *case.geometry.out_spatial)
+    in_shape, out_shape = _layout(case, conv.x).shape, _layout(case, np.zeros(nchw_out)).shape
+    A, y0, value = impulses.measure(_module(case, module_conv, dtype, constant), in_shape, conv.kernel)
     T = impulses.true_map(case, conv, in_shape, out_shape)
-    bias = np.broadcast_to(conv.bias.reshape(1, -1, 1, 1), out_shape).reshape(-1)
+    bias = _layout(case, np.broadcast_to(conv.bias.reshape(1, -1, 1, 1), nchw_out)).reshape(-1)
     bias = round_to_bf16(bias) if dtype == "bfloat16" else bias.astype(np.float32).astype(np.float64)
     return impulses.compare(case, A, y0, T, bias, value, dtype, in_shape, out_shape)
 
@@ -63,6 +70,14 @@ def test_the_conv_itself_agrees_and_a_padding_moved_two_rows_reads_two_rows_down
                                      t["conv_reads"][3]] for t in found["example"]["taps"])
     text = "\n".join(impulses.lines(found))
     assert "**wrong input positions**" in text and "read H +2 from where the conv reads it" in text
+
+
+def test_in_tflite_s_layout_the_positions_are_channels_last():
+    case, conv = _conv(3, backend="tflite")
+    assert _findings(case, conv, conv)["finding"] == "agrees with the conv"
+    found = _findings(case, conv, replace(conv, pads=((0, 4), (2, 2))))
+    assert found["layout"] == "NHWC" and found["displacement"] == [0, 2, 0, 0]
+    assert "read H +2 from where the conv reads it" in "\n".join(impulses.lines(found))
 
 
 def test_a_changed_weight_and_a_changed_bias_are_told_apart():

@@ -53,6 +53,7 @@ from dataclasses import replace
 import numpy as np
 
 from pipeline.checks import explain
+from pipeline.checks.reference import to_channels_first, to_channels_last
 from pipeline.space.cases import Case
 
 MAX_INPUTS = 1024  # input elements probed at most (one run of the module each)
@@ -105,16 +106,21 @@ def measure(run, shape: tuple, kernel: np.ndarray, lanes: int = 2) -> tuple[np.n
     return np.stack([(y - y0) / value for y in outputs], axis=1), y0, value
 
 
+def _nchw(case: Case, a: np.ndarray) -> np.ndarray:
+    return to_channels_first(a) if case.backend == "tflite" else a
+
+
 def true_map(case: Case, conv: explain.Conv, in_shape: tuple, out_shape: tuple) -> np.ndarray:
     """T: the conv's tap at each (output, input) element pair, both in the model's layout."""
     n = int(np.prod(in_shape))
+    out_spatial = _nchw(case, np.zeros(out_shape)).shape[2:]
     rows = []
     for i in range(n):
         e = np.zeros(n)
         e[i] = 1.0
-        unit = replace(conv, x=explain._nchw(case, e.reshape(in_shape)), bias=np.zeros_like(conv.bias))
-        made = explain.evaluate(unit, explain._nchw(case, np.zeros(out_shape)).shape[2:])
-        rows.append(explain._model_layout(case, made[0]).reshape(-1))
+        unit = replace(conv, x=_nchw(case, e.reshape(in_shape)), bias=np.zeros_like(conv.bias))
+        made = explain.evaluate(unit, out_spatial)[0]
+        rows.append((to_channels_last(made) if case.backend == "tflite" else made).reshape(-1))
     return np.stack(rows, axis=1)
 
 
@@ -133,7 +139,7 @@ def compare(case: Case, A: np.ndarray, y0: np.ndarray, T: np.ndarray, bias_out: 
     """The findings (see the module's docstring) as a JSON-ready dict."""
     floor = step(y0, dtype)[:, None]
     tol = (step(value * np.abs(T) + np.abs(y0)[:, None], dtype) + floor) / value
-    reads = np.abs(A) > (step(np.abs(y0)[:, None] + 0 * T, dtype) + floor) / value
+    reads = np.abs(A) > 2 * floor / value  # tol with T = 0
     should = T != 0
     off = np.abs(A - T) > tol
     wrong = np.flatnonzero(off.any(axis=1))
@@ -157,7 +163,7 @@ def compare(case: Case, A: np.ndarray, y0: np.ndarray, T: np.ndarray, bias_out: 
         bias_off = np.abs(y0 - bias_out) > step(bias_out, dtype)
         if bias_off.any():
             r = int(np.flatnonzero(bias_off)[0])
-            return {**found, "finding": "wrong bias", "example": {
+            return {**found, "finding": "wrong bias", "wrong_outputs": int(bias_off.sum()), "example": {
                 "output": _index(r, out_shape), "zero_input_output": float(y0[r]), "bias": float(bias_out[r])}}
         return {**found, "finding": "agrees with the conv"}
     positions = bool((reads[wrong] != should[wrong]).any())
@@ -173,10 +179,10 @@ def compare(case: Case, A: np.ndarray, y0: np.ndarray, T: np.ndarray, bias_out: 
     moved = next(iter(common)) if len(common) == 1 and any(next(iter(common))) else None
 
     def where(i: int, js: np.ndarray) -> list[int] | None:
-        if i in js:
-            return _index(i, in_shape)
         if moved is not None:
             return [a + b for a, b in zip(_index(i, in_shape), moved)]
+        if i in js:
+            return _index(i, in_shape)
         return _index(int(js[0]), in_shape) if js.size == 1 else None
 
     rows = [{"weight": float(T[r, i]), "conv_reads": _index(int(i), in_shape),
@@ -301,8 +307,8 @@ def probe(cfg, case: Case, deadline: float, log) -> dict | None:
         shutil.rmtree(folder, ignore_errors=True)
         return {"not_probed": f"a run of the module failed: {err}"}
     T = true_map(case, conv, in_shape, out_shape)
-    bias = explain._model_layout(case, np.broadcast_to(conv.bias.reshape(1, -1, *(1,) * conv.rank),
-                                                       explain._nchw(case, np.zeros(out_shape)).shape)).reshape(-1)
+    bias = np.broadcast_to(conv.bias.reshape(1, -1, *(1,) * conv.rank), _nchw(case, np.zeros(out_shape)).shape)
+    bias = (to_channels_last(bias) if case.backend == "tflite" else bias).reshape(-1)
     dtype = out_type.dtype.name
     bias = round_to_bf16(bias) if dtype == "bfloat16" else bias.astype(np.float32).astype(np.float64)
     found = compare(case, A, y0, T, bias, value, dtype, in_shape, out_shape)
