@@ -432,3 +432,31 @@ def test_w8i8_single_round_clamps_to_the_activation_range():
     assert single.min() >= low and single.max() <= high
     with pytest.raises(RuntimeError, match="differs from the TFLite reference"):  # the unclamped reference
         single_round_expected(case, weights, refs)
+
+
+def test_where_the_bias_may_be_added_separately_one_rounding_is_accepted_too():
+    """torq 2.3.0 ran `conv_tflite_f32_w76_h1_f1_k4_c1_r1_s1x5_pvalid`, whose geometry the profile
+    says gets a separate bf16 bias add, with one rounding: every output element was bf16(S),
+    and at four of 15 that value is outside the separate add's values. Those four elements (S,
+    the bias-free S0, the bias 0.25390625): one rounding passes, the separate add's own value
+    passes, a value a step beyond both fails."""
+    from pipeline.checks.reference import round_to_bf16
+
+    geometry = Geometry(1, (76,), (4,), (5,), 1, 1, "valid")
+    case = Case(geometry, "tflite", "f32", target="torq")
+    assert tolerance.padded_space_to_depth(geometry, "tflite")
+    s0 = np.array([-0.4479065, -0.2963142, -0.2058144, -0.2952576]).reshape(1, 4, 1)
+    bias = np.array([0.25390625])
+    s = s0 + bias
+    abs_sum = np.abs(s0) + 0.2
+    once = round_to_bf16(s).astype(np.float64)
+    separately = round_to_bf16(round_to_bf16(s0).astype(np.float64) + bias).astype(np.float64)
+    assert (once != separately).all()  # the two implementations' values differ at each
+
+    def check(actual):
+        return verify_module._bf16_check("bf16", case, s, abs_sum, bias, round_to_bf16(actual), PROFILES["torq"], s0)
+
+    assert check(once).passed and check(separately).passed
+    beyond = np.where(separately > once, once - 2 * tolerance.bf16_ulp(once), once + 2 * tolerance.bf16_ulp(once))
+    result = check(beyond)
+    assert not result.passed and result.mismatches == 4
