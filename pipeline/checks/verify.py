@@ -121,7 +121,8 @@ def _bf16_check(name: str, case: Case, reference: np.ndarray, abs_sum: np.ndarra
     """A bf16 output against S: exactly the values a correct rounding of a value within A reaches,
     through the activation. Where the target may add the bias in a separate bf16 step, the
     values of either implementation: that step's, or the one rounding's (a module that rounds
-    once is correct too: torq 2.3.0 does so on geometries the profile's predicate names)."""
+    once is correct too, and torq 2.3.0 does on some geometries the profile's rule names:
+    docs/measurements.md, 2026-12-07 (day))."""
     bound = _bound(case, reference, abs_sum, bias, profile)
     intervals = [tolerance.bf16_accepted(reference, bound.within)]
     if bias_free is not None:
