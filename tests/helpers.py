@@ -112,6 +112,35 @@ sys.exit(status)
 """
 
 
+# A compiler that rewrites the .mlir file it is given, then runs the real one on the rewritten
+# copy: `{rewrite}` is Python that turns `text` (the file's text) into the rewritten text
+# (escaped for str.format, as every template here)
+REWRITING_COMPILER = """#!{python}
+import os, re, subprocess, sys, tempfile
+args = sys.argv[1:]
+made = None
+source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.isfile(a)), None)
+if source is not None:
+    text = open(args[source]).read()
+{rewrite}
+    fd, made = tempfile.mkstemp(suffix=".mlir")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    args[source] = made
+status = subprocess.run([{real!r}, *args]).returncode
+if made:
+    os.unlink(made)
+sys.exit(status)
+"""
+
+
+def rewriting_compiler(rewrite: str) -> str:
+    """REWRITING_COMPILER with `rewrite` (unindented lines) in its place: a template for write_wrapper."""
+    import textwrap
+
+    return REWRITING_COMPILER.replace("{rewrite}", textwrap.indent(textwrap.dedent(rewrite).strip("\n"), "    "))
+
+
 def write_wrapper(path: Path, template: str, real: str) -> Path:
     """An executable wrapper around the real compiler, from a template with {real} (and {python})."""
     path.write_text(template.format(real=real, python=sys.executable))

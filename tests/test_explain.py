@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from helpers import clean_env, doit, results, write_spec, write_wrapper
+from helpers import clean_env, doit, results, rewriting_compiler, write_spec, write_wrapper
 from pipeline.checks import explain, tolerance
 from pipeline.checks.oracle import ModelWeights, abs_sum, accumulators, bf16_sum, float64_reference
 from pipeline.checks.reference import conv_nchw, round_to_bf16, to_channels_first, to_channels_last
@@ -260,13 +260,7 @@ def test_the_candidates_are_tried_in_their_documented_order():
 
 # An iree-compile that drops the bias of the ONNX conv it compiles: onnx.Conv's third operand and
 # its type are removed from the imported MLIR, then the real compiler runs on the rewritten copy.
-DROP_BIAS = """#!{python}
-import os, re, subprocess, sys, tempfile
-args = sys.argv[1:]
-made = None
-source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.isfile(a)), None)
-if source is not None:
-    text = open(args[source]).read()
+DROP_BIAS = rewriting_compiler("""
     operands = re.compile(r'"onnx\\.Conv"\\((%[\\w#]+), (%[\\w#]+), %[\\w#]+\\)')
     vtensor = r'!torch\\.vtensor<[^>]*>'
     types = re.compile(r'(onnx\\.Conv.*: \\()(' + vtensor + '), (' + vtensor + '), ' + vtensor + r'\\) ->')
@@ -274,15 +268,7 @@ if source is not None:
     text, typed = types.subn(r'\\1\\2, \\3) ->', text)
     count = min(count, typed)
     assert count == 1, "no onnx.Conv with a bias"
-    fd, made = tempfile.mkstemp(suffix=".mlir")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    args[source] = made
-status = subprocess.run([{real!r}, *args]).returncode
-if made:
-    os.unlink(made)
-sys.exit(status)
-"""
+""")
 
 
 @pytest.mark.slow

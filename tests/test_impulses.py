@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from helpers import clean_env, doit, results, write_spec, write_wrapper
+from helpers import clean_env, doit, results, rewriting_compiler, write_spec, write_wrapper
 from pipeline.checks import explain
 from pipeline.checks.reference import round_to_bf16, to_channels_first, to_channels_last
 from pipeline.space.cases import Case
@@ -123,13 +123,7 @@ def test_only_a_module_linear_in_its_input_is_probed():
 
 # An iree-compile that moves the ONNX conv's padding two rows down: pads [2, w, 2, w] become
 # [0, w, 4, w] in the imported MLIR (the output's shape is the same), then the real compiler runs
-MOVE_PADDING = """#!{python}
-import os, re, subprocess, sys, tempfile
-args = sys.argv[1:]
-made = None
-source = next((i for i, a in enumerate(args) if a.endswith(".mlir") and os.path.isfile(a)), None)
-if source is not None:
-    text = open(args[source]).read()
+MOVE_PADDING = rewriting_compiler("""
     pads = re.compile(r'torch\\.onnx\\.pads = \\[(\\d+) : si64, (\\d+) : si64, (\\d+) : si64, (\\d+) : si64\\]')
     def move(m):
         top, left, bottom, right = map(int, m.groups())
@@ -137,15 +131,7 @@ if source is not None:
             return m.group(0)
         return f'torch.onnx.pads = [{{top - 2}} : si64, {{left}} : si64, {{bottom + 2}} : si64, {{right}} : si64]'
     text = pads.sub(move, text)
-    fd, made = tempfile.mkstemp(suffix=".mlir")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    args[source] = made
-status = subprocess.run([{real!r}, *args]).returncode
-if made:
-    os.unlink(made)
-sys.exit(status)
-"""
+""")
 
 
 @pytest.mark.slow
