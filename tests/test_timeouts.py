@@ -154,7 +154,9 @@ def test_a_known_timeout_is_a_result_until_its_budget_rises_or_it_is_retried(tmp
 
     def sweep(budget: str, *options: str):
         env = {**_slow_compile_env(tmp_path, budget, listed=True), "CONV_SWEEP_CACHE_DIR": str(store)}
-        run = doit(*options, "-n", "2", "sweep", env=env, timeout=900)
+        # that case's chain alone (doit's own selection): the budgets of 4 and 6 s bind no real
+        # compile, which a busy machine could push past them
+        run = doit(*options, "-n", "2", "verify:conv_onnx_f32_*_c1_r1_*", env=env, timeout=900)
         assert run.returncode == 0, run.stderr[-3000:]  # listed: green every time
         case = next(r for r in results(tmp_path / "build").values()
                     if r["category"] == "tiny" and r["backend"] == "onnx" and r["flavor"] == "f32")
