@@ -26,9 +26,10 @@ def test_benchmark_runs_and_reports_every_figure(tmp_path):
     assert runs["cold doit -n 2 sweep"]["executed_tasks"] == 20 and runs["cold doit -n 2 sweep"]["returncode"] == 0
     assert runs["no-op rerun"]["executed_tasks"] == 0
     assert runs["second empty build folder, warm store"]["executed_tasks"] == 20
-    assert figures["built_not_taken_from_the_store"]["cold"] == {"model": 5, "import": 5, "compile": 5, "oracle": 5}
+    assert figures["built_not_taken_from_the_store"]["cold"] == {"model": 5, "import": 5, "compile": 5, "oracle": 5,
+                                                                 "run": 5}
     assert figures["built_not_taken_from_the_store"]["warm store"] == {"model": 0, "import": 0, "compile": 0,
-                                                                       "oracle": 0}
+                                                                       "oracle": 0, "run": 0}
     assert figures["built_not_taken_from_the_store"]["compile-flag A/B, warm store"]["model"] == 0
     assert figures["built_not_taken_from_the_store"]["compile-flag A/B, warm store"]["import"] == 0
     assert runs["rerun after CONV_SWEEP_COMPILE_FLAGS change"]["executed_tasks"] >= 5

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from pipeline.core.chain import STORED_STAGES
 from pipeline.core.store import Store, key_of
 
 from helpers import DOIT, ROOT, clean_env, doit, results, write_spec
@@ -200,7 +201,7 @@ def _from_store(build) -> dict[str, int]:
     counts = {}
     for result in results(build).values():
         for stage, info in result["stages"].items():
-            if stage in ("model", "import", "compile", "oracle"):
+            if stage in STORED_STAGES:
                 counts[stage] = counts.get(stage, 0) + bool(info.get("store"))
     return counts
 
@@ -214,13 +215,14 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     store = tmp_path / "store"
     first = doit("-n", "2", "sweep", env=_env(tmp_path, "one", store))
     assert first.returncode == 0, first.stderr[-2000:]
-    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0}
+    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0, "run": 0}
     second = doit("-n", "2", "sweep", env=_env(tmp_path, "two", store))
     assert second.returncode == 0, second.stderr[-2000:]
-    assert _from_store(tmp_path / "two") == {"model": 10, "import": 10, "compile": 10, "oracle": 10}
+    assert _from_store(tmp_path / "two") == {"model": 10, "import": 10, "compile": 10, "oracle": 10, "run": 10}
     assert _outputs(tmp_path / "two") == _outputs(tmp_path / "one") and len(_outputs(tmp_path / "one")) == 36
     assert _statuses(tmp_path / "two") == _statuses(tmp_path / "one")
-    assert "from the store: model 10 of 10, import 10 of 10, compile 10 of 10, oracle 10 of 10" in second.stdout
+    assert "from the store: model 10 of 10, import 10 of 10, compile 10 of 10, oracle 10 of 10, run 10 of 10" \
+        in second.stdout
     report = json.loads((tmp_path / "two" / "report" / "llvm-cpu" / "results.json").read_text())
     assert report["store"]["compile"] == {"from_store": 10, "of": 10}
     assert "taken from the store" in next((tmp_path / "two").glob("cases/*/llvm-cpu/compile.log")).read_text()
@@ -228,6 +230,15 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     dumped = {build: sum("iree-dump-module" in p.read_text() for p in (tmp_path / build).glob("cases/*/llvm-cpu/run.log"))
               for build in ("one", "two")}
     assert dumped == {"one": 10, "two": 0}, dumped
+    # and the runs: the second folder's outputs are the first's, and the run tool ran in the first only
+    ran = {build: sum("iree-run-module" in line for p in (tmp_path / build).glob("cases/*/llvm-cpu/run.log")
+                      for line in p.read_text().splitlines() if line.startswith("$ "))
+           for build in ("one", "two")}
+    assert ran == {"one": 10, "two": 0}, ran
+    assert all("# taken from the store" in p.read_text() for p in (tmp_path / "two").glob("cases/*/llvm-cpu/run.log"))
+    actual = {build: {p.parent.parent.name: p.read_bytes() for p in (tmp_path / build).glob("cases/*/llvm-cpu/actual.npy")}
+              for build in ("one", "two")}
+    assert actual["two"] == actual["one"] and len(actual["one"]) == 10
 
     # a corrupted object is rebuilt, not used: the third folder builds that module again (the
     # first folder's files are the objects they were stored as: their bytes are kept beforehand)
@@ -246,7 +257,8 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     sharing = {rel.split("/")[1] for rel, data in built.items() if rel.endswith("/model.vmfb") and data == original}
     rebuilt = {name for name, r in results(tmp_path / "three").items() if not r["stages"]["compile"].get("store")}
     assert rebuilt and rebuilt <= sharing, (rebuilt, sharing)
-    assert _from_store(tmp_path / "three") == {"model": 10, "import": 10, "compile": 10 - len(rebuilt), "oracle": 10}
+    assert _from_store(tmp_path / "three") == {"model": 10, "import": 10, "compile": 10 - len(rebuilt), "oracle": 10,
+                                             "run": 10}  # the rebuilt modules are the same bytes: the same runs
     assert _outputs(tmp_path / "three") == built
     assert __import__("hashlib").sha256(obj.read_bytes()).hexdigest() == digest  # stored again, whole
 
@@ -263,7 +275,8 @@ def test_two_runs_at_once_on_one_store_both_end_correct(tmp_path):
     assert all(status == "pass" for status, _, _ in _statuses(tmp_path / "x").values())
     assert _outputs(tmp_path / "x") == _outputs(tmp_path / "y")
     after = doit("-n", "2", "sweep", env=_env(tmp_path, "z", store))  # and the store they left serves a third
-    assert after.returncode == 0 and _from_store(tmp_path / "z") == {"model": 10, "import": 10, "compile": 10, "oracle": 10}
+    assert after.returncode == 0 and _from_store(tmp_path / "z") == {"model": 10, "import": 10, "compile": 10, "oracle": 10,
+                                                                 "run": 10}
 
 
 COMPILER = """#!/bin/sh
@@ -313,6 +326,6 @@ def test_a_compile_error_is_remembered_and_a_cut_with_its_limit(tmp_path):
 def test_with_the_store_off_nothing_is_taken_or_written(tmp_path):
     run = doit("-n", "2", "sweep", env=_env(tmp_path, "one", "off"))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0}
+    assert _from_store(tmp_path / "one") == {"model": 0, "import": 0, "compile": 0, "oracle": 0, "run": 0}
     assert "from the store" not in run.stdout
     assert not list(tmp_path.glob("**/objects"))

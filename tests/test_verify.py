@@ -460,3 +460,21 @@ def test_where_the_bias_may_be_added_separately_one_rounding_is_accepted_too():
     beyond = np.where(separately > once, once - 2 * tolerance.bf16_ulp(once), once + 2 * tolerance.bf16_ulp(once))
     result = check(beyond)
     assert not result.passed and result.mismatches == 4
+
+
+def test_a_completed_run_is_taken_from_the_store_only_within_its_limit(tmp_path):
+    """A run the store keeps is that run's output again, with its log saying so; asked under a
+    limit shorter than the run took, it is not taken (it runs again, to be cut there)."""
+    import ml_dtypes
+
+    from pipeline.core.store import Store, key_of
+
+    store, key, log = Store(tmp_path / "store"), key_of({"stage": "run", "module": "m"}), tmp_path / "run.log"
+    assert verify_module._stored_run(store, key, 60.0, log) is None and not log.exists()
+    actual = np.array([[1.5, -0.25]], dtype=ml_dtypes.bfloat16)
+    verify_module._keep_run(store, key, actual, 3.2, tmp_path / "model.vmfb")
+    assert verify_module._stored_run(store, key, 3.0, log) is None and not log.exists()  # took longer than 3 s
+    again = verify_module._stored_run(store, key, 3.2, log)
+    assert again.dtype == actual.dtype and again.tobytes() == actual.tobytes()
+    assert log.read_text().startswith("# taken from the store") and "completed in 3.2 s" in log.read_text()
+    assert verify_module._stored_run(store, key_of({"stage": "run", "module": "other"}), 60.0, log) is None

@@ -314,6 +314,7 @@ def module_input(case: Case, x: np.ndarray, sig: signature.Signature) -> tuple[n
 
 ORACLE_OUTPUTS = "oracle.pickle"  # the oracle's outputs, as the store keeps them
 SIGNATURE = "signature.json"  # the module's signature, as the store keeps it
+RUN_OUTPUT = "run.pickle"  # a completed run's output and seconds, as the store keeps them
 
 
 def _signature(target, vmfb: Path, mlir: Path, function: str, store, timeout: float, log: Path):
@@ -370,21 +371,62 @@ def _oracle(case: Case, model: Path, x: np.ndarray, options: dict, store, timeou
     return refs, {"seconds": seconds}
 
 
-def _run_cuts(target, vmfb: Path, input_path: Path, store, retry: bool) -> KnownCuts | None:
-    """What identifies one run for a cut the store keeps: the module's and the input's bytes, the
-    run tool's identity, its flags and I/O convention."""
-    if not store:
-        return None
+def _run_key(target, vmfb: Path, input_path: Path) -> str:
+    """What identifies one run, for its output or its cut in the store: the module's and the
+    input's bytes, the run tool's identity, its flags and I/O convention."""
     from pipeline.core.fingerprint import tool_digest
     from pipeline.core.store import key_of
     from pipeline.targets.profiles import toolchain_identity
 
     profile = target.profile
-    key = key_of({"stage": "run", "module": sha256(vmfb), "input": sha256(input_path),
-                  "runner": tool_digest(target.runner, **target.launchers),
-                  "toolchain": toolchain_identity(target.toolchain), "flags": list(profile.run_flags),
-                  "io": profile.io})
-    return KnownCuts(store, key, f"run of {vmfb}", retry)
+    return key_of({"stage": "run", "module": sha256(vmfb), "input": sha256(input_path),
+                   "runner": tool_digest(target.runner, **target.launchers),
+                   "toolchain": toolchain_identity(target.toolchain), "flags": list(profile.run_flags),
+                   "io": profile.io})
+
+
+def _stored_run(store, key: str, limit: float, log: Path) -> np.ndarray | None:
+    """The output of the same run completed before, from the store, where it finished within
+    `limit` seconds (a run that took longer runs again, to be cut there); `log` says where it
+    came from, as a stage taken from the store does. None where the store has no such run."""
+    import pickle
+
+    stored = store.read(key, [RUN_OUTPUT])
+    if not stored:
+        return None
+    kept = pickle.loads(stored[RUN_OUTPUT])
+    if kept["seconds"] > limit:
+        return None
+    with open(log, "a") as f:
+        f.write(f"# taken from the store ({store.root}, entry {key[:16]}): the output of the same run tool, "
+                f"module, input and flags, which completed in {kept['seconds']:.3g} s\n")
+    return kept["actual"]
+
+
+def _keep_run(store, key: str, actual: np.ndarray, seconds: float, vmfb: Path) -> None:
+    import pickle
+
+    store.put_data(key, {RUN_OUTPUT: pickle.dumps({"actual": actual, "seconds": seconds},
+                                                  protocol=pickle.HIGHEST_PROTOCOL)}, f"run of {vmfb}")
+
+
+def _run(target, vmfb: Path, sig, input_path: Path, run_limit, timeout: float, store, retry_timeouts: bool,
+         log: Path) -> tuple[np.ndarray, dict]:
+    """The module's output on the input, and the run stage's record: from the store where the same
+    run completed before (within the limit), or cut at once where it was cut at this limit or a
+    higher one (pipeline/core/cuts.py; not with `retry_timeouts`); else run, and kept."""
+    profile = target.profile
+    limit = run_limit.seconds if run_limit else timeout
+    key = _run_key(target, vmfb, input_path) if store else None
+    actual = _stored_run(store, key, limit, log) if store else None
+    if actual is not None:
+        return actual, {"seconds": 0.0, "store": True}
+    with known_cut(KnownCuts(store, key, f"run of {vmfb}", retry_timeouts) if store else None, "run", limit, log):
+        actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
+                                   timeout=limit, log=log, timeout_note=run_limit.cut_note() if run_limit else None)
+    if store:
+        _keep_run(store, key, actual, seconds, vmfb)
+    return actual, {"seconds": round(seconds, 4)}
 
 
 def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout: float,
@@ -394,7 +436,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
     also timed with the target's benchmark tool (pipeline/targets/perf.py). The run tool gets
     `run_limit` (a pipeline/targets/cost.py Limit; else `timeout`), every other tool `timeout`.
     The oracle's outputs come from `store` (pipeline/core/store.py) where it has them, and so
-    does a run cut at its limit before (pipeline/core/cuts.py; not with `retry_timeouts`)."""
+    does the run's output where the same run completed before within its limit, or its cut at
+    that limit (pipeline/core/cuts.py; not with `retry_timeouts`)."""
     model_dir, case_dir = Path(model_dir), Path(case_dir)
     model, vmfb = model_dir / case.model_file, case_dir / VMFB
     stages = read_all_stages(model_dir, case_dir)
@@ -425,13 +468,8 @@ def verify_case(case: Case, target, model_dir: Path, case_dir: Path, *, timeout:
         write_input(input_path, x_module, sig.inputs[0], profile.io)
     else:
         input_path = model_dir / INPUT  # the model's own input, as saved
-    seconds_allowed = run_limit.seconds if run_limit else timeout
-    with known_cut(_run_cuts(target, vmfb, input_path, store, retry_timeouts), "run", seconds_allowed,
-                   case_dir / "run.log"):
-        actual, seconds = run_vmfb(target.runner, profile.run_flags, vmfb, sig, [input_path], profile.io,
-                                   timeout=seconds_allowed, log=case_dir / "run.log",
-                                   timeout_note=run_limit.cut_note() if run_limit else None)
-    stages["run"] = {"seconds": round(seconds, 4)}
+    actual, stages["run"] = _run(target, vmfb, sig, input_path, run_limit, timeout, store, retry_timeouts,
+                                 case_dir / "run.log")
     save_numbers(case_dir / ACTUAL, actual)
     if case.flavor == "w8if32":
         # The converter leaves small weight tensors in float; such a case is f32 coverage only.

@@ -11,6 +11,7 @@ TASK_OF_STAGE = {"model": "model", "import": "mlir", "compile": "vmfb", "run": "
 # the stage a task's failure is recorded at when the task could not record it (its worker was lost)
 STAGE_OF_TASK = {"model": "model", "mlir": "import", "vmfb": "compile", "verify": "run"}
 TIMED_STAGES = STAGES[:-1]  # stages whose tool time stages.json records
+STORED_STAGES = TIMED_STAGES  # stages whose outputs (or failure) the store keeps (pipeline/core/store.py)
 
 MLIR, MLIR_BYTECODE, VMFB = "model.mlir", "model.mlirbc", "model.vmfb"  # the import's and the compile's outputs
 

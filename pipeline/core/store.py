@@ -20,8 +20,9 @@ Guarantees:
 - A corrupted object (its bytes no longer match its digest) is detected when taken, removed
   with its entry, and the stage is rebuilt: it is never used.
 - An outcome is stored only where it is deterministic: a tool that failed with a message
-  (the same input bytes, flags and tool fail the same way again). A timeout is never stored:
-  every build folder tries it again (a hang is cut early by its predicted limit).
+  (the same input bytes, flags and tool fail the same way again), or a tool cut at a time
+  limit, kept with that limit (pipeline/core/cuts.py: asked at a higher one, it runs again).
+  A completed run's output is kept with its time likewise (pipeline/checks/verify.py).
 
 `prune` removes entries not used for a number of days, then the least recently used until
 the store is under a size, and every object no entry names.

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from pipeline.core.chain import TIMED_STAGES
+from pipeline.core.chain import STORED_STAGES, TIMED_STAGES
 from pipeline.core.tools import logged_runs
 from pipeline.curate.calibrate import LOGS
 
@@ -238,7 +238,7 @@ def built_here(build_dir: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
     for path in Path(build_dir).glob("cases/*/*/result.json"):
         for stage, info in json.loads(path.read_text()).get("stages", {}).items():
-            if stage in ("model", "import", "compile", "oracle"):
+            if stage in STORED_STAGES:
                 counts[stage] = counts.get(stage, 0) + (not info.get("store"))
     return counts
 

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from pipeline.core.chain import STAGES
+from pipeline.core.chain import STAGES, STORED_STAGES
 from pipeline.core.layout import Layout
 from pipeline.space.cases import Case, geometry_id
 from pipeline.targets.perf import by_flavor, describe, slowest_relative
@@ -172,7 +172,7 @@ def store_hits(entries: list[dict]) -> dict[str, dict]:
     counts: dict[str, dict] = {}
     for e in entries:
         for stage, info in (e.get("stages") or {}).items():
-            if stage in ("model", "import", "compile", "oracle"):
+            if stage in STORED_STAGES:
                 count = counts.setdefault(stage, {"from_store": 0, "of": 0})
                 count["of"] += 1
                 count["from_store"] += bool(info.get("store"))

@@ -315,7 +315,7 @@ def verify(case: Case, cfg: Config) -> str | None:
             result = verify_case(case, cfg.target(case.target), cfg.model_dir(case), case_dir, timeout=cfg.timeout,
                                  benchmark=cfg.benchmark, run_limit=cfg.limit(case, "run"), store=cfg.store(),
                                  retry_timeouts=cfg.retry_timeouts)
-        if "run" in result.stages:
+        if "run" in result.stages and not result.stages["run"].get("store"):
             _observe(cfg, case, "run", result.stages["run"]["seconds"])
         return result
 

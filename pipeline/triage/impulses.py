@@ -272,7 +272,8 @@ def probe(cfg, case: Case, deadline: float, log) -> dict | None:
     if reason:
         return {"not_probed": reason}
     result = json.loads((case_dir / "result.json").read_text())
-    seconds = float(((result.get("stages") or {}).get("run") or {}).get("seconds", 1.0))
+    run = (result.get("stages") or {}).get("run") or {}
+    seconds = 1.0 if run.get("store") else float(run.get("seconds", 1.0))  # a run from the store timed nothing
     runs = int(np.prod(in_shape)) + 1
     if time.monotonic() + runs * max(seconds, 0.01) / 2 > deadline:
         log(f"  impulses: {runs} runs of about {seconds:.2g} s would not end within the report's budget")
