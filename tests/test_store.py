@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.core.chain import STORED_STAGES
 from pipeline.core.store import Store, key_of
+from pipeline.targets.cost import observations
 
 from helpers import DOIT, ROOT, clean_env, doit, results, write_spec
 
@@ -239,6 +240,9 @@ def test_a_second_folder_takes_everything_from_the_store(tmp_path):
     actual = {build: {p.parent.parent.name: p.read_bytes() for p in (tmp_path / build).glob("cases/*/llvm-cpu/actual.npy")}
               for build in ("one", "two")}
     assert actual["two"] == actual["one"] and len(actual["one"]) == 10
+    # a run from the store timed nothing: it is no observed cost of the run tool (limits learn from those)
+    observed = {build: len(observations(tmp_path / build / "report" / "llvm-cpu", "run")) for build in ("one", "two")}
+    assert observed == {"one": 10, "two": 0}, observed
 
     # a corrupted object is rebuilt, not used: the third folder builds that module again (the
     # first folder's files are the objects they were stored as: their bytes are kept beforehand)
