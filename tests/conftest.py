@@ -30,16 +30,18 @@ SHARED = {
 
 
 def pytest_configure(config):
-    if hasattr(config, "workerinput"):  # an xdist worker: the session's store, which the controller made
-        helpers._store[:] = [Path(config.workerinput["test_store"])]
+    if hasattr(config, "workerinput"):  # an xdist worker: the session's folders, which the controller made
+        helpers._session.update({name: Path(config.workerinput[f"test_{name}"]) for name in helpers.SESSION_FOLDERS})
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
-    """The xdist controller gives each worker the session's store of stage outputs (one for the
-    whole run, as a user's sweeps share theirs: two runs at once on one store is a tested
-    case), so that a model, MLIR or module one worker built is not built again by the other."""
-    node.workerinput["test_store"] = str(helpers.test_store())
+    """The xdist controller gives each worker the session's folders: the store of stage outputs
+    (one for the whole run, as a user's sweeps share theirs: two runs at once on one store is a
+    tested case), so that a model, MLIR or module one worker built is not built again by the
+    other; and the tools' TMPDIR, removed with the session."""
+    for name in helpers.SESSION_FOLDERS:
+        node.workerinput[f"test_{name}"] = str(helpers.session_folder(name))
 
 
 def pytest_addoption(parser):

@@ -17,24 +17,39 @@ DOIT = [sys.executable, "-m", "doit"]
 HONOURED = ("CONV_SWEEP_IREE_COMPILE", "CONV_SWEEP_COMPILE_FLAGS", "CONV_SWEEP_TIMEOUT", "CONV_SWEEP_TOOLCHAIN_DIR")
 
 
-_store: list[Path] = []
+# The session's folders, by name: made on first use (or given by the xdist controller:
+# conftest.py) and removed when the process that made them ends.
+_session: dict[str, Path] = {}
+SESSION_FOLDERS = ("store", "tmp")
+
+
+def session_folder(name: str) -> Path:
+    """One of the session's folders (SESSION_FOLDERS): its xdist workers share the ones the
+    controller made, else there is one per test process; never the user's own."""
+    if name not in _session:
+        _session[name] = Path(tempfile.mkdtemp(prefix=f"test-{name}-"))
+        atexit.register(shutil.rmtree, _session[name], ignore_errors=True)
+    return _session[name]
 
 
 def test_store() -> Path:
-    """The store of stage outputs the tests' runs share: the session's (its xdist workers share
-    the one the controller made: conftest.py), or one per test process, made on first use and
-    removed when the process ends (never the user's own)."""
-    if not _store:
-        _store.append(Path(tempfile.mkdtemp(prefix="test-store-")))
-        atexit.register(shutil.rmtree, _store[0], ignore_errors=True)
-    return _store[0]
+    """The store of stage outputs the tests' runs share (a user's sweeps share theirs)."""
+    return session_folder("store")
+
+
+def tools_tmpdir() -> Path:
+    """TMPDIR of every tool the tests start: what a tool leaves there goes with the session (a
+    Dask cluster's scratch space, the socket folder of a forkserver whose process a test killed
+    with -9, a browser's singleton folder)."""
+    return session_folder("tmp")
 
 
 def clean_env(**knobs) -> dict:
     """The environment without the user's sweep selection, build folder and store, plus
-    `knobs`; the store is the test session's unless `knobs` names one."""
+    `knobs`; the store is the test session's unless `knobs` names one, and so is TMPDIR."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_") or k in HONOURED}
     env["CONV_SWEEP_CACHE_DIR"] = str(test_store())
+    env["TMPDIR"] = str(tools_tmpdir())
     env.update({k: str(v) for k, v in knobs.items()})
     return env
 

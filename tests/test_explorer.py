@@ -10,6 +10,7 @@ import urllib.parse
 import numpy as np
 import pytest
 
+from helpers import tools_tmpdir
 from pipeline.outcome.bucket import signature
 from pipeline.results.explorer import error_map
 from pipeline.results.report import write_report
@@ -77,7 +78,9 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    # its TMPDIR the session's: chromium leaves its singleton folder there even after quit()
+    service = Service(chromedriver, env={**os.environ, "TMPDIR": str(tools_tmpdir())})
+    driver = webdriver.Chrome(service=service, options=options)
     yield driver
     driver.quit()
 
