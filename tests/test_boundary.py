@@ -48,6 +48,20 @@ def test_probes_of_a_depthwise_case_keep_it_depthwise_and_try_groups_1():
         {"onnx_f32"}
 
 
+def test_probes_of_explicit_pads_move_one_side_by_one_and_try_valid_and_same():
+    g = Geometry(rank=1, spatial=(3,), kernel=(3,), stride=(4,), c_in=5, c_out=5, padding="explicit", groups=5,
+                 explicit_pads=((1, 0),))
+    found = probes(g, "onnx", "f32")
+    padding = {v: p for d, v, p in found if d == "padding"}
+    assert set(padding) == {"valid", "same"} and all(p.explicit_pads is None and buildable(p, "onnx", "f32")
+                                                     for p in padding.values())
+    assert sorted(v for d, v, _ in found if d == "pads") == [[[0, 0]], [[1, 1]], [[2, 0]]]  # no side below 0
+    assert all(_changed(g, p) == {"explicit_pads"} for d, _, p in found if d == "pads")
+    lines = table([_probe("pads", [[0, 0]], "pass", g, "f32"), _probe("pads", [[2, 0]], "same", g, "f32"),
+                   _probe("padding", "valid", "pass", g, "f32")], g)
+    assert lines == ["padding: fails at explicit; passes at valid", "pads: fails at {1-0, 2-0}; passes at 0-0"]
+
+
 def _probe(dimension, value, outcome, g=DEPTHWISE, flavor="bf16"):
     return {"dimension": dimension, "value": value, "case": "c", "outcome": outcome,
             "geometry": g.to_dict(), "backend": "onnx", "flavor": flavor}

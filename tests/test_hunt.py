@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -22,6 +23,7 @@ from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import Category
 from pipeline.space.cases import make_cases
 from pipeline.triage.hunt import REPORTED, Found, KnownMap, Space, boundary, coarse, neighbour, new_root_causes, pairs
+from pipeline.triage.shrink import buildable
 
 CATEGORIES = [
     {"name": "t2d", "seed": 1, "rank": 2, "spatial": [6, 12], "kernel": [1, 3], "stride": [1, 4], "channels": [1, 8]},
@@ -90,6 +92,24 @@ def test_boundary_and_neighbour_geometries_stay_in_the_space():
         seen_stride_over_kernel += any(s > k for s, k in zip(g.stride, g.kernel))
         seen_kernel_is_input += any(w == n for w, n in zip(g.window, g.spatial))
     assert seen_stride_over_kernel > 30 and seen_kernel_is_input > 30
+
+
+def test_explicit_pads_are_in_the_hunt_s_space_and_not_in_the_baseline_s():
+    cats = tuple(Category(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()}) for c in CATEGORIES)
+    space = Space.of(cats)
+    rng, kinds, moved = random.Random(1), set(), 0
+    for _ in range(300):
+        g = boundary(rng, space)
+        near = neighbour(rng, g, space)
+        if g.padding == "explicit" and buildable(g):
+            kinds.add(coarse(g)["padding"])
+            assert all(0 <= p <= max(w - 1, 1) for pair, w in zip(g.explicit_pads, g.window) for p in pair)
+        moved += g.padding == "explicit" and near.padding == "explicit" and near.explicit_pads != g.explicit_pads
+    assert kinds == {"explicit symmetric", "explicit asymmetric"} and moved > 5  # pads are dimensions a move takes
+    baseline = replace(space, explicit=False)
+    rng = random.Random(1)
+    assert not any(g.padding == "explicit" for _ in range(300)
+                   for g in (boundary(rng, baseline), neighbour(rng, boundary(rng, baseline), baseline)))
 
 
 def test_pairs_of_coarse_features_tell_a_stride_over_the_kernel_apart():

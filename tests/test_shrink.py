@@ -4,6 +4,7 @@ moves along every dimension; and the predicate of a timeout bucket, "anomalously
 shrink on it runs in tests/test_bugreport.py)."""
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +177,13 @@ class _Predicate:
     (Geometry(1, (1,), (1,), (1,), 50, 50, "valid", groups=50),
      lambda g: g.depthwise and (4 <= g.c_in <= 8 or g.c_in >= 25),
      Geometry(1, (1,), (1,), (1,), 4, 4, "valid", groups=4)),
+    # explicit pads: each side moves down to what the rule keeps (a pad before, a stride of 3)
+    (Geometry(1, (20,), (3,), (4,), 5, 5, "explicit", groups=5, explicit_pads=((3, 2),)),
+     lambda g: g.padding == "explicit" and g.explicit_pads[0][0] >= 1 and g.stride[0] >= 3,
+     Geometry(1, (1,), (1,), (3,), 1, 1, "explicit", explicit_pads=((1, 0),))),
+    # and go where the failure does not need them
+    (Geometry(2, (9, 9), (3, 3), (1, 1), 2, 2, "explicit", explicit_pads=((1, 1), (0, 2))), lambda g: g.c_in >= 2,
+     Geometry(2, (1, 1), (1, 1), (1, 1), 2, 1, "valid")),
 ])
 def test_search_moves_along_every_dimension(start, rule, expected):
     found = search(_Predicate(rule), start)
@@ -211,6 +219,19 @@ def test_dimensions_round_trip():
     assert with_value(g, "groups", 2) == Geometry(2, (16, 12), (3, 2), (2, 1), 4, 6, "same", dilation=(2, 1),
                                                   groups=2, batch=2)
     assert minimum(Geometry(2, (9, 9), (3, 2), (1, 1), 1, 1, "valid", dilation=(3, 1)), "spatial0") == 7
+
+
+def test_explicit_pads_are_dimensions_down_to_what_the_window_needs():
+    g = Geometry(2, (4, 9), (5, 3), (1, 1), 2, 2, "explicit", explicit_pads=((1, 2), (0, 3)))
+    assert dimensions(g)[-4:] == ["pad_before0", "pad_after0", "pad_before1", "pad_after1"]
+    assert "pad_before0" not in dimensions(Geometry(2, (4, 9), (5, 3), (1, 1), 2, 2, "same"))
+    assert [value(g, d) for d in dimensions(g)[-4:]] == [1, 2, 0, 3]
+    for dim in dimensions(g):
+        assert with_value(g, dim, value(g, dim)) == g
+    assert with_value(g, "pad_after1", 1).explicit_pads == ((1, 2), (0, 1))
+    # a window of 5 fits an input of 4 with 2 after it and none before; with none after, 1 before
+    assert minimum(g, "pad_before0") == 0 and minimum(replace(g, explicit_pads=((1, 0), (0, 3))), "pad_before0") == 1
+    assert minimum(g, "pad_before1") == 0
 
 
 CUT, DONE = {"status": "timeout", "stage": "compile"}, {"status": "pass", "stage": None}

@@ -3,8 +3,8 @@ time to neighbouring values, run each probe through the sweep's stages, and reco
 stops failing the same way: what a person would find by hand.
 
 A probe is `(dimension, value, geometry)`; `dimension` is a geometry field name (c_in, c_out,
-groups, spatial, kernel, stride, dilation, padding, batch) or "flavor". A per-axis field's
-value is the whole field as a list (e.g. stride [1, 2] is stride_h 1, stride_w 2): one
+groups, spatial, kernel, stride, dilation, padding, pads, batch) or "flavor". A per-axis field's
+value is the whole field as a list (explicit pads: every axis's [before, after]) (e.g. stride [1, 2] is stride_h 1, stride_w 2): one
 dimension, one table line, and a probe moves one axis of it. A flavor probe keeps the geometry
 and its value is the variant (`onnx_bf16`). A probe changes only its own field, with two
 exceptions that keep the convolution's kind: a depthwise case's c_in probe keeps it depthwise
@@ -45,13 +45,13 @@ from pipeline.triage.shrink import buildable
 MAX_PROBES = 40  # probes of one minimal case at most
 BOUNDARY = "boundary.json"
 AXES = ("spatial", "kernel", "stride", "dilation")  # per-axis fields: a probe's value is the whole field
-ORDER = ("c_in", "c_out", "groups", "spatial", "kernel", "stride", "dilation", "padding", "activation", "batch",
-         "flavor")
+ORDER = ("c_in", "c_out", "groups", "spatial", "kernel", "stride", "dilation", "padding", "pads", "activation",
+         "batch", "flavor")
 # a depthwise case's channel lines say what their probes kept (a reader takes c_out for the channels)
 DEPTHWISE = {"c_in": "c_in (depthwise kept: groups = c_in)", "c_out": "c_out (depthwise: c_in x the depth multiplier)"}
 # the round-robin's order within a round: the dimensions of few probes and much information first
-PRIORITY = ("flavor", "groups", "padding", "activation", "c_in", "c_out", "kernel", "stride", "dilation", "spatial",
-            "batch")
+PRIORITY = ("flavor", "groups", "padding", "activation", "c_in", "c_out", "kernel", "stride", "dilation", "pads",
+            "spatial", "batch")
 
 
 # --- the probes -----------------------------------------------------------------------------------
@@ -96,6 +96,19 @@ def _axis(g: Geometry, field: str, axis: int) -> list[tuple[list[int], Geometry]
     return out
 
 
+def _pads(g: Geometry, axis: int) -> list[tuple[list[list[int]], Geometry]]:
+    """Explicit pads with one side of `axis` one more or one less, nearest first: the value is
+    every axis's [before, after]."""
+    out = []
+    for side in (0, 1):
+        for delta in (-1, 1):
+            pads = [list(p) for p in g.explicit_pads]
+            pads[axis][side] += delta
+            if pads[axis][side] >= 0:
+                out.append((pads, replace(g, explicit_pads=tuple(tuple(p) for p in pads))))
+    return out
+
+
 def _candidates(g: Geometry, flavor_variant: str, variants) -> list[tuple[tuple, list]]:
     """(key, [(dimension, value, geometry, variant), ...] nearest first) per dimension-axis."""
     def of(dim, pairs, variant=flavor_variant):
@@ -104,8 +117,9 @@ def _candidates(g: Geometry, flavor_variant: str, variants) -> list[tuple[tuple,
     keys = [(("c_in", 0), of("c_in", _channels(g, "c_in"))), (("c_out", 0), of("c_out", _channels(g, "c_out"))),
             (("groups", 0), of("groups", _groups(g)))]
     keys += [((field, axis), of(field, _axis(g, field, axis))) for field in AXES for axis in range(g.rank)]
-    other = "same" if g.padding == "valid" else "valid"
-    keys.append((("padding", 0), of("padding", [(other, replace(g, padding=other))])))
+    keys.append((("padding", 0), of("padding", [(mode, replace(g, padding=mode, explicit_pads=None))
+                                                for mode in ("valid", "same") if mode != g.padding])))
+    keys += [(("pads", axis), of("pads", _pads(g, axis))) for axis in range(g.rank) if g.padding == "explicit"]
     keys.append((("activation", 0), of("activation", [(a, replace(g, activation=a)) for a in ACTIVATIONS
                                                        if a != g.activation])))
     keys.append((("batch", 0), of("batch", [(v, replace(g, batch=v)) for v in _near(g.batch)[:2]])))
@@ -196,8 +210,9 @@ def write_boundary(folder: Path, found: list[dict]) -> Path:
 # --- reading them ---------------------------------------------------------------------------------
 
 def _text(value) -> str:
+    """A probe's value as the case id writes it: HxW, and explicit pads before-after per axis (1-0x0-0)."""
     if isinstance(value, (list, tuple)):
-        return "x".join(str(v) for v in value)
+        return "x".join("-".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for v in value)
     return str(value)
 
 
@@ -210,6 +225,8 @@ def _minimal_value(minimal: Geometry, dimension: str, variant: str | None):
     if dimension == "flavor":
         return variant
     value = getattr(minimal, dimension)
+    if dimension == "pads":
+        return [list(p) for p in value]
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -7,7 +7,9 @@ from the target's expected failures.
 
 Where it looks (`--strategy hunt`, the default). Its space is the box of the run's categories
 (ranks, sizes, kernels, strides, channels), widened by the extended profile's dimensions
-(dilation up to 4, groups and depthwise, batch up to 4, SAME padding). Each geometry it
+(dilation up to 4, groups and depthwise, batch up to 4, SAME padding) and explicit pads (each
+side 0, 1, half the window or the window less one: torch's and ONNX's pads, which TFLite's conv
+has not, so those geometries are ONNX cases only). Each geometry it
 evaluates is the best of a few candidates from three generators:
 
 - boundary: each dimension at one of its boundary values: sizes at 2^k - 1, 2^k, 2^k + 1 and
@@ -26,7 +28,7 @@ its cases not predicted to land in a known bucket (KnownMap, from the hunt's own
 the chosen geometry, a case whose nearest cases evaluated in its flavor all landed in a known
 bucket runs only with a small chance. Two baselines the hunt is
 measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
-without that weighting (the hunt as it was before it), and `--strategy sample`, further draws
+without that weighting and without explicit pads (the hunt as it was before both), and `--strategy sample`, further draws
 of the run's own categories, past the sweep's N, evaluated the same way.
 
 Why not Hypothesis: its search runs one example at a time (a geometry's cases here run on
@@ -71,7 +73,7 @@ from pipeline.run.runner import Journal, run_cases, run_chain
 from pipeline.space.cases import Case, make_cases
 from pipeline.space.geometry import Geometry, macs
 from pipeline.space.sweep import LANES, Category
-from pipeline.triage.shrink import buildable, dimensions, minimum, value, with_value
+from pipeline.triage.shrink import PADS, buildable, dimensions, minimum, value, with_value
 
 STRATEGIES = ("hunt", "cost", "sample")
 SEARCH_SHARE = 0.75  # of the budget, what the search may use; bug reports get the rest
@@ -83,6 +85,7 @@ UNKNOWN_FLOOR = 0.1  # a candidate every one of whose cases is predicted to land
 # (and a case surely in one, by its nearest cases seen, still runs with this chance)
 PROPOSALS = 50  # geometries proposed in a row whose cases all look known, after which the last runs whole
 EXTENDED = {"dilation": 4, "batch": 4}  # the extended profile's widest dilation and batch
+EXPLICIT_SHARE = 0.35  # of the boundary geometries drawn unpadded, those given explicit pads instead
 # A failure there is this tool's model builder's (tf.keras, torch), not a compiler's: a geometry
 # its frontend cannot build belongs in pipeline/space/refusal.py; the hunt lists such cases
 # apart and counts no bucket of theirs as new.
@@ -101,6 +104,7 @@ class Space:
     kernel: tuple[int, int]
     stride: tuple[int, int]
     channels: tuple[int, int]
+    explicit: bool = True  # explicit pads too (ONNX cases only); not for the `cost` baseline, the space as it was
 
     @classmethod
     def of(cls, categories: tuple[Category, ...]) -> "Space":
@@ -157,7 +161,21 @@ def boundary(rng: random.Random, space: Space) -> Geometry:
     batch = rng.randint(2, EXTENDED["batch"]) if rng.random() < 0.15 else 1
     padding = "same" if rng.random() < 0.3 else "valid"
     activation = rng.choice(("relu", "relu6")) if rng.random() < 0.2 else "none"
-    return Geometry(rank, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch, activation)
+    g = Geometry(rank, spatial, kernel, stride, c_in, c_out, padding, dilation, groups, batch, activation)
+    if space.explicit and padding == "valid" and rng.random() < EXPLICIT_SHARE:
+        g = explicit(rng, g)
+    return g
+
+
+def explicit(rng: random.Random, g: Geometry) -> Geometry:
+    """`g` with explicit pads: per axis, each side one of 0, 1, half the window and the window
+    less one, the same on both sides half the time (torch's `padding=p`)."""
+    pads = []
+    for window in g.window:
+        values = sorted({0, 1, window // 2, max(window - 1, 1)})
+        before = rng.choice(values)
+        pads.append((before, before if rng.random() < 0.5 else rng.choice(values)))
+    return replace(g, padding="explicit", explicit_pads=tuple(pads))
 
 
 def neighbour(rng: random.Random, g: Geometry, space: Space) -> Geometry:
@@ -166,7 +184,11 @@ def neighbour(rng: random.Random, g: Geometry, space: Space) -> Geometry:
     out = g
     for _ in range(rng.choice((1, 1, 2))):
         if rng.random() < 0.1:
-            out = replace(out, padding="same" if out.padding == "valid" else "valid")
+            if space.explicit:  # to either other mode
+                mode = rng.choice([m for m in ("valid", "same", "explicit") if m != out.padding])
+                out = explicit(rng, out) if mode == "explicit" else replace(out, padding=mode, explicit_pads=None)
+            else:
+                out = replace(out, padding="same" if out.padding == "valid" else "valid")
             continue
         dim = rng.choice(dimensions(out))
         v = value(out, dim)
@@ -193,6 +215,8 @@ def _range(g: Geometry, dim: str, space: Space) -> tuple[int, int]:
         return 1, EXTENDED["dilation"]
     if base == "batch":
         return 1, EXTENDED["batch"]
+    if base in PADS:  # a side's pad: up to the window less one
+        return minimum(g, dim), max(g.window[int(dim[-1])] - 1, 1)
     if base == "groups":
         return 1, max(space.channels[1] // max(value(g, "c_in_per_group"), value(g, "c_out_per_group")), 1)
     return 1, max(space.channels[1] // g.groups, 1)  # channels per group
@@ -204,6 +228,9 @@ def _bounds(g: Geometry, dim: str, space: Space) -> set[int]:
         return set(space.sizes(g.rank))
     if base in ("c_in_per_group", "c_out_per_group"):
         return {v // g.groups for v in space.channel_values() if v % g.groups == 0}
+    if base in PADS:
+        window = g.window[int(dim[-1])]
+        return {0, 1, window // 2, max(window - 1, 1)}
     return set(_range(g, dim, space))
 
 
@@ -230,8 +257,15 @@ def coarse(g: Geometry) -> dict[str, str]:
             "square": str(kh == kw), "sw": stride_class(sw, kw), "sh": stride_class(sh, kh),
             "c_in": count_class(g.c_in), "c_out": count_class(g.c_out), "w": size_class(w),
             "dilation": str(g.dhw != (1, 1)), "groups": "depthwise" if g.depthwise else "grouped" if g.groups > 1
-            else "none", "batch": str(g.batch > 1), "padding": g.padding,
+            else "none", "batch": str(g.batch > 1), "padding": padding_class(g),
             "activation": g.activation}
+
+
+def padding_class(g: Geometry) -> str:
+    """valid, same, or explicit pads: the same on both sides of every axis, or not."""
+    if g.padding != "explicit":
+        return g.padding
+    return "explicit symmetric" if all(b == a for b, a in g.explicit_pads) else "explicit asymmetric"
 
 
 def pairs(g: Geometry) -> set[tuple]:
@@ -311,7 +345,7 @@ class Hunt:
         self.cfg, self.folder, self.strategy, self.log = cfg, folder, strategy, log
         self.estimate = estimate  # case -> predicted seconds of its chain
         self.flavors = flavors
-        self.space = Space.of(cfg.spec.categories)
+        self.space = replace(Space.of(cfg.spec.categories), explicit=strategy == "hunt")
         self.sampled = {g for _, g, _ in cfg.sampled}  # the sweep's own geometries
         self.passed_over: set[Geometry] = set()  # proposed, but every case of it looked surely known
         self.known = known_buckets(cfg, swept)

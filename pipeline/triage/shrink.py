@@ -14,8 +14,9 @@ limit; attempts are timed, so the store of stage outputs is off, and a finished 
 not widen the limits of the attempts after it.
 
 The geometry is a vector of integer dimensions: batch, groups, input and output channels per
-group, then per spatial axis kernel, dilation, stride and input size; a fused activation and
-SAME padding are dropped first where the failure stays without them. One
+group, then per spatial axis kernel, dilation, stride and input size, and explicit pads (each
+side of each axis, down to 0); a fused activation and SAME or explicit padding are dropped
+first where the failure stays without them. One
 pass takes the dimensions in that order; for each it tries the dimension's minimum first,
 then 2, 3, 4 and the powers of two from the bottom up (a failure only in a window of values is
 found at its bottom), then one less than the current value where none of those failed (if that
@@ -81,10 +82,14 @@ class Attempt:
 
 # --- the geometry as a vector of dimensions ----------------------------------------------------
 
+PADS = ("pad_before", "pad_after")  # an explicit pad's sides, as dimensions (pad_before0 is axis 0's)
+
+
 def dimensions(g: Geometry) -> list[str]:
-    """The dimensions a pass moves along, in order."""
+    """The dimensions a pass moves along, in order (explicit pads last, where there are some)."""
     axes = [f"{name}{i}" for name in ("kernel", "dilation", "stride", "spatial") for i in range(g.rank)]
-    return ["batch", "groups", "c_in_per_group", "c_out_per_group", *axes]
+    pads = [f"{side}{i}" for i in range(g.rank) for side in PADS] if g.padding == "explicit" else []
+    return ["batch", "groups", "c_in_per_group", "c_out_per_group", *axes, *pads]
 
 
 def value(g: Geometry, dim: str) -> int:
@@ -92,12 +97,23 @@ def value(g: Geometry, dim: str) -> int:
         return g.c_in // g.groups
     if dim == "c_out_per_group":
         return g.c_out // g.groups
+    if dim[:-1] in PADS:
+        return g.explicit_pads[int(dim[-1])][PADS.index(dim[:-1])]
     if dim[-1].isdigit():
         return getattr(g, dim[:-1])[int(dim[-1])]
     return getattr(g, dim)
 
 
+def plain_padding(g: Geometry) -> Geometry:
+    """`g` unpadded: padding "valid", no explicit pads."""
+    return replace(g, padding="valid", explicit_pads=None)
+
+
 def with_value(g: Geometry, dim: str, v: int) -> Geometry:
+    if dim[:-1] in PADS:
+        pads = [list(p) for p in g.explicit_pads]
+        pads[int(dim[-1])][PADS.index(dim[:-1])] = v
+        return replace(g, explicit_pads=tuple(tuple(p) for p in pads))
     if dim == "groups":
         return replace(g, groups=v, c_in=g.c_in // g.groups * v, c_out=g.c_out // g.groups * v)
     if dim == "c_in_per_group":
@@ -114,6 +130,10 @@ def with_value(g: Geometry, dim: str, v: int) -> Geometry:
 
 def minimum(g: Geometry, dim: str) -> int:
     """The dimension's smallest value with every other dimension as it is."""
+    if dim[:-1] in PADS:  # a side's pad: 0, or what the window needs to fit the input and the other side
+        axis = int(dim[-1])
+        other = g.explicit_pads[axis][1 - PADS.index(dim[:-1])]
+        return max(0, g.window[axis] - g.spatial[axis] - other)
     if dim.startswith("spatial") and g.padding != "same":  # the window fits the input and its given pads
         axis = int(dim[-1])
         return max(1, g.window[axis] - sum(g.pads[axis]))
@@ -298,8 +318,9 @@ def _one_pass(shrinker: Shrinker, start: Geometry) -> bool:
     changed = False
     for field, plain in (("activation", "none"), ("padding", "valid")):
         best = shrinker.best
-        if getattr(best, field) != plain and shrinker.fails(replace(best, **{field: plain})):
-            _move(shrinker, replace(best, **{field: plain}), start)
+        simpler = plain_padding(best) if field == "padding" else replace(best, **{field: plain})
+        if getattr(best, field) != plain and shrinker.fails(simpler):
+            _move(shrinker, simpler, start)
             changed = True
     for dim in dimensions(shrinker.best):
         best = shrinker.best
