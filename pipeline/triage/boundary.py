@@ -4,8 +4,9 @@ stops failing the same way: what a person would find by hand.
 
 A probe is `(dimension, value, geometry)`; `dimension` is a geometry field name (c_in, c_out,
 groups, spatial, kernel, stride, dilation, padding, pads, batch) or "flavor". A per-axis field's
-value is the whole field as a list (explicit pads: every axis's [before, after]) (e.g. stride [1, 2] is stride_h 1, stride_w 2): one
-dimension, one table line, and a probe moves one axis of it. A flavor probe keeps the geometry
+value is the whole field as a list (e.g. stride [1, 2] is stride_h 1, stride_w 2; explicit pads
+[[1, 0], [0, 0]] are each axis's [before, after]): one dimension, one table line, and a probe
+moves one axis of it (one side of one axis by one, for pads). A flavor probe keeps the geometry
 and its value is the variant (`onnx_bf16`). A probe changes only its own field, with two
 exceptions that keep the convolution's kind: a depthwise case's c_in probe keeps it depthwise
 (groups and c_out follow, c_out = c_in x the depth multiplier), and a grouped case's c_in and

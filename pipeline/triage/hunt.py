@@ -26,10 +26,10 @@ covered yet (pairwise coverage), over the square root of their predicted cost: c
 geometries that combine dimensions in untried ways come first, each weighted by the share of
 its cases not predicted to land in a known bucket (KnownMap, from the hunt's own cases); of
 the chosen geometry, a case whose nearest cases evaluated in its flavor all landed in a known
-bucket runs only with a small chance. Two baselines the hunt is
-measured against (pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search
-without that weighting and without explicit pads (the hunt as it was before both), and `--strategy sample`, further draws
-of the run's own categories, past the sweep's N, evaluated the same way.
+bucket runs only with a small chance. Two baselines the hunt is measured against
+(pipeline/dev/benchmark.py, side by side): `--strategy cost`, the same search without that
+weighting and without explicit pads (the hunt as it was before both), and `--strategy sample`,
+further draws of the run's own categories, past the sweep's N, evaluated the same way.
 
 Why not Hypothesis: its search runs one example at a time (a geometry's cases here run on
 every lane at once), ends at the first failure of each exception origin and shrinks it there
