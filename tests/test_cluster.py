@@ -17,9 +17,19 @@ from pathlib import Path
 import pytest
 
 from pipeline.engine import cluster
-from helpers import ROOT, clean_env, doit, executed, real_compiler, results, write_spec, write_wrapper
+from helpers import ROOT, clean_env, doit, executed, real_compiler, results, tools_tmpdir, write_spec, write_wrapper
 from test_dodo import SMALL, swept  # noqa: F401  (swept: the reference, the same cases under doit -n 2)
 
+
+
+@pytest.fixture(autouse=True)
+def _dask_scratch_in_the_session_tmp():
+    """A cluster started in this process keeps its scratch space in the session's TMPDIR, as the
+    tools the tests start do (helpers.clean_env), not in /tmp."""
+    import dask
+
+    with dask.config.set({"temporary-directory": str(tools_tmpdir())}):
+        yield
 
 
 def _vmfbs(build: Path) -> dict[str, bytes]:
@@ -117,7 +127,7 @@ def test_scheduler_and_workers_started_by_hand(tmp_path):
     dask = str(Path(sys.executable).parent / "dask")
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    base = {k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}
+    base = {**{k: v for k, v in os.environ.items() if not k.startswith("CONV_SWEEP_")}, "TMPDIR": str(tools_tmpdir())}
     log = open(tmp_path / "cluster.log", "w")
     procs = [_start([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                     {**base, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}, log)]
