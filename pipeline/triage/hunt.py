@@ -172,10 +172,15 @@ def explicit(rng: random.Random, g: Geometry) -> Geometry:
     less one, the same on both sides half the time (torch's `padding=p`)."""
     pads = []
     for window in g.window:
-        values = sorted({0, 1, window // 2, max(window - 1, 1)})
+        values = sorted(pad_values(window))
         before = rng.choice(values)
         pads.append((before, before if rng.random() < 0.5 else rng.choice(values)))
     return replace(g, padding="explicit", explicit_pads=tuple(pads))
+
+
+def pad_values(window: int) -> set[int]:
+    """A side's boundary pads for a window: 0, 1, half the window, the window less one."""
+    return {0, 1, window // 2, max(window - 1, 1)}
 
 
 def neighbour(rng: random.Random, g: Geometry, space: Space) -> Geometry:
@@ -229,8 +234,7 @@ def _bounds(g: Geometry, dim: str, space: Space) -> set[int]:
     if base in ("c_in_per_group", "c_out_per_group"):
         return {v // g.groups for v in space.channel_values() if v % g.groups == 0}
     if base in PADS:
-        window = g.window[int(dim[-1])]
-        return {0, 1, window // 2, max(window - 1, 1)}
+        return pad_values(g.window[int(dim[-1])])
     return set(_range(g, dim, space))
 
 
